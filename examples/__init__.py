@@ -1,0 +1,1 @@
+"""Small programs a new user reads first. (Added with the VM frontend.)"""
