@@ -1,7 +1,29 @@
-"""tilevm: a low-precision GPU virtual machine and compiler."""
+"""tilevm: a low-precision GPU virtual machine and compiler.
 
-from tilevm import dtypes
+    import tilevm as tv
+
+    @tv.kernel(num_warps=4)
+    def vector_add(x: tv.ptr("f32", const=True), y: tv.ptr("f32", const=True),
+                   out: tv.ptr("f32"), n: tv.int32, *, block: int = 1024):
+        ...
+
+The kernel language (`tv.kernel`, `tv.load_global`, `tv.dot`, the data types, ...) is
+`tilevm.vm.lang`; `tilevm.dtypes` and `tilevm.layouts` are the data types and the
+layout algebra.
+"""
 
 __version__ = "0.1.0"
 
-__all__ = ["dtypes", "__version__"]
+from tilevm import dtypes, layouts  # noqa: E402  (after __version__: the CLI reads it)
+from tilevm.vm.lang import *  # noqa: E402,F403  the kernel language is the top-level API
+from tilevm.vm.lang import __all__ as _lang_names  # noqa: E402
+from tilevm.vm.lang import __getattr__ as _dtype_by_name  # noqa: E402
+
+# `from tilevm import *` leaves Python's builtins alone; `tv.range`, `tv.sum`, ... stay.
+_SHADOWING = {"range", "sum", "max", "min", "print", "abs"}
+__all__ = ["dtypes", "layouts", "__version__",
+           *[name for name in _lang_names if name not in _SHADOWING]]
+
+
+def __getattr__(name: str):
+    return _dtype_by_name(name)  # tv.f5e2m2 and every other type name

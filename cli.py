@@ -5,6 +5,9 @@
     vmc layout "local(2,1).spatial(8,4)" [--bits 4] [--svg out.svg]
                              a register layout's owners per element; a shared layout's
                              byte offsets or banks ("swizzled((8, 64), f16)" --show bank)
+    vmc run FILE.py[:KERNEL] --interpret [--set name=value ...] [--seed N]
+                             run an example program on random inputs in the reference
+                             interpreter and check it against its float64 reference
 
 Errors go to stderr as one line and exit with status 2 (bad usage or input) or 1.
 """
@@ -65,6 +68,229 @@ def _cmd_layout(args: argparse.Namespace) -> None:
         print(f"wrote {args.svg}", file=sys.stderr)
 
 
+# ---- vmc run -----------------------------------------------------------------------------
+
+RUN_DESCRIPTION = """\
+Run a kernel of an example program on fresh random inputs and compare its outputs with
+the program's float64 reference.
+
+FILE.py is imported as a module. It defines the kernel(s) (@tv.kernel), and:
+  example_inputs(rng, **settings) -> (args, constants)
+      fresh random runtime arguments (numpy arrays and scalars, in the kernel's order)
+      and the kernel's compile-time constants; --set values are passed as settings
+      (problem sizes such as M=33, or constants such as wdtype=int3). If it has a
+      parameter named `kernel`, it also receives the kernel being run.
+  reference(*args, **constants) -> {argument index: expected values}
+      the expected contents of each output argument, computed in float64.
+With several kernels in FILE.py, name one: FILE.py:KERNEL.
+
+Pass/fail criterion (f32 accumulation tolerance): an output passes when every element
+satisfies
+    |got - ref| <= rtol * |ref| + atol * max|ref|
+where rtol is the machine epsilon of the output's type (2^-10 for f16, 2^-23 for f32:
+twice the unit roundoff of the final rounding to that type) and atol is 2^-16 (the
+error of f32 accumulation, relative to the output's largest value), or the module's
+ATOL where it sets one (examples/quantized_matmul.py: 2^-9, because it rounds each
+dequantized weight to f16 before the dot, as the GPU kernel does). Integer outputs
+must match exactly. NaN where the reference is a number fails. The relative error
+reported is |got - ref| / max(|ref|, atol * max|ref|).
+
+Exit status: 0 when every output passes, 1 when one fails or the kernel raises an
+error while it runs, 2 for a usage error (bad file, kernel, setting).
+"""
+
+DEFAULT_ATOL = 2.0 ** -16
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """`name=value`: the value as a Python literal (17, 0.5, True, (1, 2), 'x') or a data
+    type name (int3, f16)."""
+    import ast
+
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name.isidentifier():
+        raise CLIError(f"--set takes name=value (name a Python identifier), got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return name, dtypes.parse(value)
+    except dtypes.DTypeError:
+        pass
+    raise CLIError(f"--set {name}: {value!r} is neither a Python literal (17, 0.5, True, "
+                   "'text') nor a data type name (int3, f16, ...)")
+
+
+def _load_module(path: str) -> object:
+    import importlib.util
+    import os
+
+    if not os.path.isfile(path):
+        raise CLIError(f"no such file: {path}")
+    name = "_vmc_run_" + "".join(c if c.isalnum() else "_" for c in
+                                 os.path.splitext(os.path.basename(path))[0])
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CLIError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's module: report it, without a traceback
+        sys.modules.pop(name, None)
+        raise CLIError(f"importing {path} failed: {type(err).__name__}: {err}") from None
+    finally:
+        if sys.path and sys.path[0] == folder:
+            sys.path.pop(0)
+    return module
+
+
+def _find_kernel(module: object, path: str, wanted: str | None):
+    from tilevm.vm.frontend import Kernel
+
+    found: dict[str, Kernel] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, Kernel) and all(value is not k for k in found.values()):
+            found[attr] = value
+    if not found:
+        raise CLIError(f"{path} defines no kernel (a function decorated with @tv.kernel)")
+    if wanted is None:
+        if len(found) > 1:
+            raise CLIError(f"{path} defines {len(found)} kernels ({', '.join(found)}); name "
+                           f"one: {path}:{next(iter(found))}")
+        return next(iter(found.values()))
+    if wanted in found:
+        return found[wanted]
+    by_name = [k for k in found.values() if k.name == wanted]
+    if len(by_name) == 1:
+        return by_name[0]
+    raise CLIError(f"{path} has no kernel {wanted!r}; its kernels: {', '.join(found)}")
+
+
+def _protocol(module: object, path: str, name: str, what: str):
+    func = getattr(module, name, None)
+    if not callable(func):
+        raise CLIError(f"{path} defines no {what}; vmc run needs it (see vmc run --help)")
+    return func
+
+
+def _describe_args(kernel, args: Sequence[object]) -> str:
+    import numpy as np
+
+    parts = []
+    for param, arg in zip(kernel.signature.params, args):
+        if isinstance(arg, np.ndarray):
+            parts.append(f"{param.name} {arg.dtype}{list(arg.shape)}")
+        else:
+            parts.append(f"{param.name}={arg!r}")
+    return ", ".join(parts)
+
+
+def compare(got, expected, atol: float = DEFAULT_ATOL) -> tuple[bool, dict[str, float]]:
+    """The pass/fail criterion of `vmc run` (see RUN_DESCRIPTION) for one output array:
+    (passed, {"max_abs": ..., "max_rel": ..., "worst": max error / tolerance}). The
+    relative error of an element is `|got - ref| / max(|ref|, atol * max|ref|)` (elements
+    far smaller than the output's scale are judged against that scale)."""
+    import numpy as np
+
+    got_arr = np.asarray(got)
+    ref = np.asarray(expected, dtype=np.float64)
+    if got_arr.shape != ref.shape:
+        if got_arr.size != ref.size:
+            raise CLIError(f"the reference has shape {ref.shape}, the output {got_arr.shape}")
+        ref = ref.reshape(got_arr.shape)
+    exact = got_arr.dtype.kind in "iub"
+    rtol = 0.0 if exact else float(np.finfo(got_arr.dtype).eps)
+    values = got_arr.astype(np.float64)
+    finite_ref = np.isfinite(ref)
+    scale = float(np.abs(ref[finite_ref]).max()) if finite_ref.any() else 0.0
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(values - ref)
+        err = np.where((values == ref) | (np.isnan(values) & np.isnan(ref)), 0.0, err)
+        err = np.where(np.isnan(err), np.inf, err)
+        tol = rtol * np.abs(np.where(finite_ref, ref, 0.0)) + (0.0 if exact else atol * scale)
+        rel = np.where(err == 0, 0.0, err / np.maximum(np.abs(ref), atol * scale))
+        worst = np.where(err == 0, 0.0, err / tol)
+    stats = {"max_abs": float(err.max(initial=0.0)), "max_rel": float(rel.max(initial=0.0)),
+             "worst": float(worst.max(initial=0.0))}
+    return bool((err <= tol).all()), stats
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import copy
+    import inspect
+
+    import numpy as np
+
+    from tilevm.ir.errors import VMError
+
+    path, wanted = args.target, None
+    head, sep, tail = args.target.rpartition(":")
+    if sep and tail.isidentifier() and head:
+        path, wanted = head, tail
+    settings = dict(parse_setting(item) for item in args.set or ())
+    module = _load_module(path)
+    kernel = _find_kernel(module, path, wanted)
+    make_inputs = _protocol(module, path, "example_inputs",
+                            "example_inputs(rng, **settings) -> (args, constants)")
+    reference = _protocol(module, path, "reference",
+                          "reference(*args, **constants) -> {index: expected}")
+    if not args.interpret:
+        raise CLIError("running on the GPU comes with the backend; add --interpret to run "
+                       f"{kernel.name} in the reference interpreter")
+    try:
+        accepts_kernel = "kernel" in inspect.signature(make_inputs).parameters
+    except (TypeError, ValueError):
+        accepts_kernel = False
+    if accepts_kernel:
+        settings.setdefault("kernel", kernel)
+    rng = np.random.default_rng(args.seed)
+    try:
+        result = make_inputs(rng, **settings)
+        kernel_args, constants = result
+        kernel_args, constants = list(kernel_args), dict(constants)
+    except Exception as err:
+        raise CLIError(f"example_inputs({', '.join(f'{k}={v}' for k, v in settings.items())})"
+                       f" failed: {type(err).__name__}: {err}") from None
+    try:
+        kernel.specialize(**constants)
+    except VMError as err:
+        shown = ", ".join(f"{k}={v}" for k, v in constants.items()) or "default constants"
+        raise CLIError(f"cannot compile {kernel.name} with {shown}:\n{err}") from None
+    try:
+        expected = reference(*copy.deepcopy(kernel_args), **constants)
+    except Exception as err:
+        raise CLIError(f"reference() failed: {type(err).__name__}: {err}") from None
+    shown = ", ".join(f"{k}={v}" for k, v in constants.items()) or "defaults"
+    print(f"{kernel.name}: interpreter, seed {args.seed}, constants: {shown}")
+    print(f"  arguments: {_describe_args(kernel, kernel_args)}")
+    try:
+        kernel.interpret(*kernel_args, **constants)
+    except VMError as err:
+        print(f"vmc run: error: {kernel.name} failed in the interpreter:\n{err}",
+              file=sys.stderr)
+        print("FAIL")
+        return 1
+    atol = float(getattr(module, "ATOL", DEFAULT_ATOL))
+    names = [p.name for p in kernel.signature.params]
+    passed = True
+    for index, want in sorted(expected.items()):
+        if not isinstance(index, int) or not 0 <= index < len(kernel_args):
+            raise CLIError(f"reference() returned an entry for argument {index!r}; the kernel "
+                           f"takes {len(kernel_args)} arguments")
+        ok, stats = compare(kernel_args[index], want, atol)
+        passed &= ok
+        print(f"  {names[index]}: max abs err {stats['max_abs']:.3g}, max rel err "
+              f"{stats['max_rel']:.3g}, max err/tolerance {stats['worst']:.3g}: "
+              f"{'PASS' if ok else 'FAIL'}")
+    print("PASS" if passed else "FAIL")
+    return 0 if passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vmc", description="tilevm: a low-precision GPU virtual machine and compiler.")
@@ -95,22 +321,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", choices=("byte", "bit", "bank"), default="bank",
                    help="shared layouts: what each cell shows (default: bank)")
     p.set_defaults(func=_cmd_layout)
+
+    p = sub.add_parser(
+        "run", help="run an example program in the interpreter and check it",
+        description=RUN_DESCRIPTION,
+        epilog="examples: vmc run examples/matmul.py --interpret --set M=33 --set K=100\n"
+               "          vmc run examples/quantized_matmul.py --interpret --set wdtype=int3 "
+               "--set group_size=32\n"
+               "          vmc run examples/softmax.py:softmax_f16 --interpret --seed 7",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="FILE.py[:KERNEL]",
+                   help="the program, and the kernel to run when it defines several")
+    p.add_argument("--interpret", action="store_true",
+                   help="run in the reference interpreter (GPU execution comes with the "
+                        "backend)")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a setting for example_inputs: a problem size or a compile-time "
+                        "constant; the value is a Python literal or a data type name "
+                        "(repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.set_defaults(func=_cmd_run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], None] = args.func
+    func: Callable[[argparse.Namespace], int | None] = args.func
     try:
-        func(args)
+        status = func(args)
     except CLIError as err:
         print(f"vmc {args.command}: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `vmc dtypes | head`
         sys.stderr.close()
         return 0
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -1,2 +1,9 @@
-"""The Python frontend that builds VM IR from ordinary Python, and the reference
-interpreter that runs it on numpy. (Built by the IR issue; nothing lives here yet.)"""
+"""The Python frontend that builds VM IR from ordinary Python functions (`kernel`), the
+user-facing language (`lang`, re-exported as `tilevm.*`), and the reference
+interpreter that runs programs on numpy (`interpreter`)."""
+
+from tilevm.vm import lang
+from tilevm.vm.frontend import Kernel, KernelParam, KernelSignature, kernel
+from tilevm.vm.frontend_values import Scalar, Tile
+
+__all__ = ["lang", "Kernel", "KernelParam", "KernelSignature", "kernel", "Scalar", "Tile"]

@@ -1,0 +1,284 @@
+"""The VM's instruction set: one frozen dataclass per instruction.
+
+Each class's docstring is the instruction's definition. Its `opname` is the name it is
+printed with and the key under which the other layers find it: the interpreter's
+`exec_<opname>` (vm/interpreter.py), the verifier's `check_<opname>`
+(ir/verifier.py), and the backend's lowering.
+
+An instruction that produces a tensor holds it in `out` (its name and full type);
+operands are `Tensor`s or scalar `Expr`s. Coordinates and offsets are in elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from tilevm.ir.errors import SourceLoc
+from tilevm.ir.expr import Expr
+from tilevm.ir.types import Pointer, Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instruction:
+    opname: ClassVar[str]
+    loc: SourceLoc | None = None
+
+    @property
+    def output(self) -> Tensor | None:
+        return getattr(self, "out", None)
+
+    def operands(self) -> tuple[Any, ...]:
+        """Every field but `out` and `loc`, in declaration order."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name not in ("out", "loc"))
+
+    def input_tensors(self) -> tuple[Tensor, ...]:
+        """The tensors the instruction reads (or writes through, for stores)."""
+        found: list[Tensor] = []
+        for value in self.operands():
+            items = value if isinstance(value, tuple) else (value,)
+            found += [v for v in items if isinstance(v, Tensor)]
+        return tuple(found)
+
+
+# ---- global memory -----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalView(Instruction):
+    """`out` views global memory at `ptr + offset` (in elements) as a tensor of
+    `out.type.shape` (scalar expressions) with `strides` (elements). Nothing is read."""
+
+    opname: ClassVar[str] = "global_view"
+    out: Tensor
+    ptr: Pointer
+    offset: Expr
+    strides: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadGlobal(Instruction):
+    """`out[i] = src[offsets + i]` for every coordinate `i` of `out`'s (static) shape;
+    an element outside `src`'s shape (a ragged edge) reads `other` instead."""
+
+    opname: ClassVar[str] = "load_global"
+    out: Tensor
+    src: Tensor
+    offsets: tuple[Expr, ...]
+    other: int | float = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreGlobal(Instruction):
+    """`dst[offsets + i] = src[i]` for every coordinate `i` of the register tensor `src`
+    that falls inside `dst`'s shape; elements outside are not written."""
+
+    opname: ClassVar[str] = "store_global"
+    dst: Tensor
+    src: Tensor
+    offsets: tuple[Expr, ...]
+
+
+# ---- shared memory -----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class AllocShared(Instruction):
+    """Allocate `out` (a shared tensor: shape and `SharedLayout` in its type). Its
+    contents are undefined until written."""
+
+    opname: ClassVar[str] = "alloc_shared"
+    out: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreeShared(Instruction):
+    """End `tensor`'s lifetime; its bytes may be reused. Using it afterwards is an error."""
+
+    opname: ClassVar[str] = "free_shared"
+    tensor: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadShared(Instruction):
+    """`out[i] = src[offsets + i]` (a register tile read out of a shared tensor; the
+    tile must lie inside `src`)."""
+
+    opname: ClassVar[str] = "load_shared"
+    out: Tensor
+    src: Tensor
+    offsets: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreShared(Instruction):
+    """`dst[offsets + i] = src[i]` (a register tile written into a shared tensor; the
+    tile must lie inside `dst`)."""
+
+    opname: ClassVar[str] = "store_shared"
+    dst: Tensor
+    src: Tensor
+    offsets: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyAsync(Instruction):
+    """Start copying the global tile `src[offsets + i]`, `i` over `dst`'s shape, into the
+    shared tensor `dst`; elements outside `src`'s shape are filled with zero. The copy is
+    in flight until a `copy_async_wait` retires the group it was committed in."""
+
+    opname: ClassVar[str] = "copy_async"
+    dst: Tensor
+    src: Tensor
+    offsets: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyAsyncCommit(Instruction):
+    """Close the group of async copies started since the last commit."""
+
+    opname: ClassVar[str] = "copy_async_commit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyAsyncWait(Instruction):
+    """Wait until at most `n` committed groups are still in flight (this thread's copies;
+    a `sync` after it makes every thread's copies visible to all)."""
+
+    opname: ClassVar[str] = "copy_async_wait"
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sync(Instruction):
+    """Barrier for the whole block; shared-memory writes before it are visible after it."""
+
+    opname: ClassVar[str] = "sync"
+
+
+# ---- register tiles ----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Full(Instruction):
+    """`out[i] = value` for every element (the value cast to `out`'s dtype)."""
+
+    opname: ClassVar[str] = "full"
+    out: Tensor
+    value: Expr
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assign(Instruction):
+    """Overwrite the register tensor `dst` with `src` (same type): how a loop carries a
+    tile from one iteration to the next."""
+
+    opname: ClassVar[str] = "assign"
+    dst: Tensor
+    src: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class View(Instruction):
+    """Reinterpret the bits each thread holds: thread t's local elements of `src`, as a
+    bit array (element l at bits [l*b, (l+1)*b)), are read back as `out`'s elements
+    under `out`'s layout and dtype. Legal iff both layouts are given, have the same
+    threads, and bits per thread are equal. Free at run time."""
+
+    opname: ClassVar[str] = "view"
+    out: Tensor
+    src: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cast(Instruction):
+    """`out[i] = convert(src[i])` to `out`'s dtype: to a float, round to nearest even
+    (saturating for finite-only formats, like `dtypes.encode`); to an integer, round to
+    nearest even and saturate."""
+
+    opname: ClassVar[str] = "cast"
+    out: Tensor
+    src: Tensor
+
+
+UNARY_TENSOR_OPS = ("neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "not")
+BINARY_TENSOR_OPS = ("add", "sub", "mul", "div", "mod", "min", "max", "and", "or", "xor",
+                     "shl", "shr", "lt", "le", "eq", "ne", "gt", "ge")
+COMPARISON_TENSOR_OPS = ("lt", "le", "eq", "ne", "gt", "ge")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Elementwise(Instruction):
+    """`out[i] = op(x[i], ...)` with numpy broadcasting of tensor operands; scalar
+    operands broadcast to every element. Arithmetic happens in `out`'s dtype (f32 for
+    f16/bf16 math, then rounded); comparisons give bool (uint1)."""
+
+    opname: ClassVar[str] = "elementwise"
+    op: str
+    out: Tensor
+    args: tuple[Tensor | Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where(Instruction):
+    """`out[i] = x[i] if cond[i] else y[i]` (broadcasting; scalars allowed for x, y)."""
+
+    opname: ClassVar[str] = "where"
+    out: Tensor
+    cond: Tensor
+    x: Tensor | Expr
+    y: Tensor | Expr
+
+
+REDUCE_OPS = ("sum", "max", "min")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reduce(Instruction):
+    """`out = op over dimension dim of src`; with `keepdim` the reduced dimension stays
+    with size 1. A float sum is specified as the exact sum rounded once to `out`'s dtype
+    (the interpreter's float64 sum; a GPU's f32 accumulation may differ in the last
+    bits of f32)."""
+
+    opname: ClassVar[str] = "reduce"
+    op: str
+    out: Tensor
+    src: Tensor
+    dim: int
+    keepdim: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dot(Instruction):
+    """`out = a @ b + c` for a[m, k], b[k, n], c[m, n]: products and sums in f32 (exact
+    products of the inputs), the result rounded once to `out`'s dtype."""
+
+    opname: ClassVar[str] = "dot"
+    out: Tensor
+    a: Tensor
+    b: Tensor
+    c: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnnotateLayout(Instruction):
+    """Ask for `tensor` to have `layout` (a hint layout inference must honour)."""
+
+    opname: ClassVar[str] = "annotate_layout"
+    tensor: Tensor
+    layout: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Print(Instruction):
+    """Debug print of a tensor or a scalar, prefixed by `message` (block 0 only)."""
+
+    opname: ClassVar[str] = "print"
+    value: Tensor | Expr
+    message: str = ""
+
+
+INSTRUCTIONS: dict[str, type[Instruction]] = {
+    cls.opname: cls for cls in (
+        GlobalView, LoadGlobal, StoreGlobal, AllocShared, FreeShared, LoadShared, StoreShared,
+        CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, Full, Assign, View, Cast,
+        Elementwise, Where, Reduce, Dot, AnnotateLayout, Print,
+    )
+}
