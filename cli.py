@@ -220,6 +220,65 @@ def compare(got, expected, atol: float = DEFAULT_ATOL) -> tuple[bool, dict[str, 
     return bool((err <= tol).all()), stats
 
 
+def _split_target(target: str) -> tuple[str, str | None]:
+    """`FILE.py[:KERNEL]` -> (path, kernel name or None)."""
+    head, sep, tail = target.rpartition(":")
+    if sep and tail.isidentifier() and head:
+        return head, tail
+    return target, None
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from tilevm.backend import pipeline, target
+    from tilevm.backend.codegen import generate
+    from tilevm.ir.errors import VMError
+    from tilevm.ir.printer import format_program
+
+    path, wanted = _split_target(args.target)
+    settings = dict(parse_setting(item) for item in args.set or ())
+    kernel = _find_kernel(_load_module(path), path, wanted)
+    try:
+        target.target(args.arch)
+        program = kernel.specialize(**settings)
+        if args.dump_after:
+            if args.dump_after not in pipeline.PASS_NAMES:
+                raise CLIError(f"no pass named {args.dump_after!r}; passes: "
+                               f"{', '.join(pipeline.PASS_NAMES)}")
+            pipeline.run_passes(program, args.dump_after,
+                                lambda name, p: print(f"// after {name}\n{format_program(p)}",
+                                                      end=""))
+            return 0
+        if args.emit == "ir":
+            text = format_program(program)
+        elif args.emit == "llvm":
+            text = str(generate(pipeline.run_passes(program)))
+        else:
+            text = pipeline.compile_program(program, args.arch).ptx
+    except VMError as err:
+        raise CLIError(str(err)) from None
+    except (target.TargetError, ValueError) as err:
+        raise CLIError(str(err)) from None
+    if args.output and args.output != "-":
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as err:
+            raise CLIError(f"cannot write {args.output}: {err.strerror}") from None
+    else:
+        print(text, end="")
+    if args.check:
+        if args.emit != "ptx":
+            raise CLIError("--check runs ptxas on PTX; it needs --emit ptx")
+        from tilevm.backend import ptxas
+
+        try:
+            report = ptxas.check_ptx(text, args.arch)
+        except (ptxas.PTXError, ptxas.PtxasNotFoundError) as err:
+            raise CLIError(str(err)) from None
+        print(report, file=sys.stderr)
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import copy
     import inspect
@@ -228,10 +287,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from tilevm.ir.errors import VMError
 
-    path, wanted = args.target, None
-    head, sep, tail = args.target.rpartition(":")
-    if sep and tail.isidentifier() and head:
-        path, wanted = head, tail
+    path, wanted = _split_target(args.target)
     settings = dict(parse_setting(item) for item in args.set or ())
     module = _load_module(path)
     kernel = _find_kernel(module, path, wanted)
@@ -304,6 +360,30 @@ def build_parser() -> argparse.ArgumentParser:
                                    "type.")
     p.add_argument("names", nargs="*", metavar="NAME", help="a type name such as f6e3m2 or int3")
     p.set_defaults(func=_cmd_dtypes)
+
+    p = sub.add_parser(
+        "compile", help="compile a kernel to PTX",
+        description="Compile a kernel of a Python file to PTX (or print its IR or LLVM IR). "
+                    "Compile-time constants are set with --set; errors go to stderr with a "
+                    "non-zero status.",
+        epilog="examples: vmc compile examples/vector_add.py -o vadd.ptx --arch sm_90 --check\n"
+               "          vmc compile examples/vector_add.py --emit ir --set block=256\n"
+               "          vmc compile examples/vector_add.py --dump-after infer_layouts",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="FILE.py[:KERNEL]",
+                   help="the file, and the kernel's name if the file defines several")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
+    p.add_argument("--arch", default="sm_80", metavar="ARCH",
+                   help="sm_80, sm_86, sm_89, sm_90 or sm_90a (default sm_80)")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a compile-time constant (a Python literal or a type name); repeatable")
+    p.add_argument("--emit", choices=("ir", "llvm", "ptx"), default="ptx",
+                   help="what to write: the VM IR, the LLVM IR, or PTX (default)")
+    p.add_argument("--dump-after", metavar="PASS",
+                   help="print the IR after this pass and stop (passes: verify, infer_layouts)")
+    p.add_argument("--check", action="store_true",
+                   help="run ptxas on the PTX and report registers, spills, shared memory")
+    p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser(
         "layout", help="draw a register or shared layout",

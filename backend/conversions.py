@@ -1,0 +1,476 @@
+"""The generic conversion rules, low-bit codes -> f16 / bf16 / f32, emitted as LLVM IR.
+
+Every 1..8-bit type (`int1`..`int8`, `uint1`..`uint8`, every `f{b}e{E}m{M}`) converts to
+`f16`, `bf16` and `f32` by ONE rule per kind, computed from the type's fields (bits,
+exponent and mantissa widths, bias, specials); there is no per-type table. A rule is a
+few integer operations that move the code's bits into the target's fields, then ONE
+floating-point operation that fixes the value:
+
+* **integers** (the magic-number trick). Let `T` be the target's mantissa width and
+  `magic = 2^T`: its ulp is 1, so the float whose bits are `bits(magic) | u` (u < 2^T)
+  is exactly `magic + u`. For a signed code, first flip its sign bit, `u = code ^
+  2^(b-1)`; that is the code plus `2^(b-1)` (the offset). Then one subtraction
+  `x - (magic + offset)` gives the value exactly (the result is a small integer, which
+  every target holds, so the subtraction does not round).
+  When the code has one bit more than the mantissa (b = T + 1: 8-bit codes into bf16,
+  T = 7), the top bit `h` of `u` cannot go into `x`; it goes into the subtrahend
+  instead, which stays a float built with integer ops: `y = magic + offset - 2^T*h`.
+  Its bits are `bits(magic + offset) - h * D`, `D = bits(magic + offset) -
+  bits(magic + offset - 2^T)` (both are positive floats, whose bit patterns order like
+  their values). For b <= T, h is 0 and y is the constant `magic + offset`: one rule.
+
+* **floats** (exponent re-bias by multiplication). A source code `s|e|m` (E exponent,
+  M mantissa bits) becomes the target bit pattern `s|e|m0..0`: the sign moves to the
+  target's sign bit, the exponent field is placed *as is* in the low bits of the
+  target's exponent field, the mantissa is left-aligned in the target's mantissa.
+  Read in the target's encoding, that pattern is exactly `value * 2^(src_bias -
+  dst_bias)`, and one multiplication by `2^(dst_bias - src_bias)` restores the value.
+  Why this holds for every code, subnormals included: both formats use the same
+  piecewise formula, `(1 + m/2^M) * 2^(e - bias)` for `e >= 1` and `(m/2^M) *
+  2^(1 - bias)` for `e = 0` (a subnormal's scale is that of exponent field 1). Moving
+  the fields keeps `e` and the fraction `m/2^M` and swaps the bias, so in both branches
+  the target pattern is the source value times `2^(src_bias - dst_bias)`. A source
+  subnormal thus becomes a target *subnormal* pattern (e = 0) and the multiplication
+  turns it into whatever the exact value is in the target, normal or subnormal: the
+  product is exact because the true result is representable (an IEEE operation
+  rounds only when the exact result is not). Zeros are the e = m = 0 pattern, +0 or
+  -0 by the moved sign, and stay zeros of the same sign.
+  Specials: an IEEE-like source (f8e5m2) has inf/NaN at exponent field all ones, an
+  FN source (f8e4m3) has NaN at exponent and mantissa all ones. For those codes an
+  integer select ORs the target's all-ones exponent into the pattern: a zero mantissa
+  (IEEE inf) gives inf, a non-zero one gives NaN, and `inf * 2^k = inf`,
+  `NaN * 2^k = NaN`. When the source has as many exponent bits as the target
+  (f8e5m2 -> f16) the field is already all ones and the biases are equal: no select
+  and no multiplication at all. Finite-only formats have no specials and no select.
+
+A rule needs the GPU to keep subnormals in the float op (PTX `mul.f16`, `fma.bf16`
+always do; for f32 do not compile with `.ftz`, i.e. no `denormal-fp-math-f32` =
+`preserve-sign` attribute): a source subnormal passes through a subnormal pattern.
+
+Exactness (`is_exact`, read from dtypes): a pair (src, dst) is exact iff every value of
+src is a value of dst: for integers `max |value| <= 2^(T+1)`; for floats `M <= T`,
+`src.max <= dst.max` and `src.smallest_subnormal >= dst.smallest_subnormal` (all
+values are then multiples of dst's quantum below 2^(dst emin), with at most T+1
+significant bits above). Every 1..8-bit type is exact into f32 and bf16. Into f16 all
+integers, every float with E <= 4, and f8e5m2 are exact; f6e5m0, f7e5m1 (finite E=5
+formats reach 65536 > 65504), f7e6m0, f8e6m1 and f8e7m0 are not. Those inexact pairs
+raise `UnsupportedConversion`, unless `allow_rounding=True`: then the value is made
+exactly in f32 by the float rule and rounded to the target by one `fptrunc` (round to
+nearest even, overflow to inf, underflow to 0 / subnormals) - a second float op.
+
+The API (every emitter takes an `llvmlite.ir.IRBuilder` positioned where to emit):
+
+* `emit_convert(builder, code, src, dst)`: one code in the low bits of an integer
+  value (i8/i16/i32/...; bits above the code are ignored) -> `half`/`bfloat`/`float`.
+* `emit_convert_pair(builder, lanes, src, dst)`: two codes in one i32, in bits
+  `[0, b)` and `[16, 16 + b)` (other bits ignored) -> `<2 x half>` / `<2 x bfloat>`,
+  with 32-bit integer ops on both 16-bit lanes at once (SWAR; no carry crosses a lane)
+  and ONE `<2 x ...>` float op (PTX `mul.f16x2` / `sub.f16x2` / `fma.rn.bf16x2`).
+  For f32 it gives `<2 x float>` (two 32-bit lanes; the float op is one vector
+  instruction in the IR, two `mul.f32` in PTX).
+* `emit_extract_code(builder, word, index, bits)`: the `index`-th b-bit code of a packed
+  word (element i at bits `[i*b, (i+1)*b)`, the dtypes packing order), as an i32.
+  `emit_extract_pair(builder, word, bits, first, second)` puts two codes of a word in
+  the two lanes `emit_convert_pair` reads; when their bit offsets differ by 16 (b = 1,
+  2, 4, 8 with `second = first + 16/b`) that is one shift and one and.
+  Codes that straddle two 32-bit words (b = 3, 5, 6, 7): concatenate the words into an
+  i64 (`hi << 32 | lo`, a `mov.b64` on the GPU; or a funnel shift `shf.r`) and take the
+  field at the code's bit offset modulo 32 with `emit_extract_field(builder, word64,
+  offset, bits)`; the extractors accept any integer width.
+* `conversion_rule(src, dst)` gives the rule's constants (for docs and passes),
+  `is_exact(src, dst)` the exactness test above, `float_ir_type(dst)` the LLVM type.
+  `BFLOAT` is an `llvmlite.ir` type for LLVM's `bfloat` (llvmlite has none).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+import numpy as np
+from llvmlite.ir import types as _ir_types
+
+from tilevm.dtypes import DataType, Kind, Specials, parse
+
+__all__ = [
+    "BFLOAT", "BFloatType", "ConversionRule", "UnsupportedConversion", "TARGETS",
+    "conversion_rule", "emit_convert", "emit_convert_pair", "emit_extract_code",
+    "emit_extract_field", "emit_extract_pair", "float_ir_type", "is_exact",
+]
+
+
+class UnsupportedConversion(ValueError):
+    """A conversion no rule serves (or that would round, without `allow_rounding`)."""
+
+
+class BFloatType(_ir_types._BaseFloatType):
+    """LLVM's `bfloat` type for llvmlite.ir (constants print as `0xRhhhh`, exact only)."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def format_constant(self, value: float) -> str:
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        if bits & 0xFFFF and value == value:  # a NaN's payload is not checked
+            raise ValueError(f"{value!r} is not a bfloat value")
+        return f"0xR{bits >> 16:04X}"
+
+
+BFloatType._create_instance()
+BFLOAT = BFloatType()
+
+TARGETS = ("f16", "bf16", "f32")
+_I32 = ir.IntType(32)
+
+
+def float_ir_type(dst: DataType | str) -> ir.Type:
+    """The LLVM float type of a conversion target: `half`, `bfloat` or `float`."""
+    dst = _target(dst)
+    return {"f16": ir.HalfType(), "bf16": BFLOAT, "f32": ir.FloatType()}[dst.name]
+
+
+def _target(dst: DataType | str) -> DataType:
+    dst = parse(dst)
+    if dst.name not in TARGETS:
+        raise UnsupportedConversion(f"conversion targets are {', '.join(TARGETS)}, not {dst}")
+    return dst
+
+
+def _source(src: DataType | str) -> DataType:
+    src = parse(src)
+    if not src.is_lowbit:
+        raise UnsupportedConversion(f"the conversion rules read 1..8-bit codes, not {src}")
+    return src
+
+
+def is_exact(src: DataType | str, dst: DataType | str) -> bool:
+    """Whether every value of `src` is a value of `dst` (read from the dtypes' ranges)."""
+    src, dst = _source(src), _target(dst)
+    if src.is_integer:
+        # dst holds every integer of magnitude <= 2^(T+1) (T+1 significant bits).
+        return max(abs(src.min_exact), src.max_exact) <= 2 ** (dst.mantissa_bits + 1)
+    return (src.mantissa_bits <= dst.mantissa_bits
+            and src.max_exact <= dst.max_exact
+            and src.smallest_subnormal_exact >= dst.smallest_subnormal_exact)
+
+
+@dataclass(frozen=True)
+class ConversionRule:
+    """The constants of the rule converting `src` codes to `dst`, per lane of dst's width.
+
+    Integer rule: `u = code ^ flip`; `x = bits(magic) | (u & low_mask)`;
+    `y = y_bits - ((u >> T) & 1) * y_step` (only when `y_step`, else y is the constant
+    `y_bits`); value = `float(x) - float(y)`.
+    Float rule: `x = ((code << sign_shift) & sign_mask) | ((code << field_shift) &
+    field_mask)`; if `code & special_mask == special_mask` (when special_mask) then
+    `x |= special_fill`; value = `float(x) * 2^scale_exponent` (no op when 0).
+    `via_f32`: inexact pair, made in f32 then rounded to dst by `fptrunc`.
+    """
+
+    src: DataType
+    dst: DataType
+    exact: bool
+    via_f32: bool = False
+    # integer rule
+    flip: int = 0
+    low_mask: int = 0
+    magic_bits: int = 0
+    y_bits: int = 0
+    y_value: float = 0.0
+    y_step: int = 0
+    # float rule
+    sign_shift: int = 0
+    sign_mask: int = 0
+    field_shift: int = 0
+    field_mask: int = 0
+    special_mask: int = 0
+    special_fill: int = 0
+    scale_exponent: int = 0
+
+    @property
+    def float_ops(self) -> int:
+        """Floating-point operations per converted value (per pair in the paired form)."""
+        ops = 1 if self.src.is_integer or self.scale_exponent else 0
+        return ops + (1 if self.via_f32 else 0)
+
+
+def _float_bits(value: float, dst: DataType) -> int:
+    """The bit pattern of `value` in dst (exact values only)."""
+    bits32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    if dst.bits == 32:
+        return bits32
+    if dst.name == "bf16":
+        assert bits32 & 0xFFFF == 0, value
+        return bits32 >> 16
+    half = np.float16(value)
+    assert float(half) == value, value
+    return int(half.view(np.uint16))
+
+
+def conversion_rule(src: DataType | str, dst: DataType | str, *,
+                    allow_rounding: bool = False) -> ConversionRule:
+    """The rule for (src, dst); `UnsupportedConversion` if it would round (see the module)."""
+    src, dst = _source(src), _target(dst)
+    exact = is_exact(src, dst)
+    if not exact:
+        if not allow_rounding:
+            raise UnsupportedConversion(
+                f"{src} -> {dst} is not exact ({src} spans [{src.min}, {src.max}] with "
+                f"smallest {src.smallest_subnormal}; {dst} cannot hold every value); "
+                f"pass allow_rounding=True to round through f32")
+        inner = conversion_rule(src, parse("f32"))
+        return dataclasses.replace(inner, dst=dst, exact=False, via_f32=True)
+
+    b, t_m = src.bits, dst.mantissa_bits
+    if src.is_integer:
+        assert b <= t_m + 1  # every code fits the mantissa, but for one top bit
+        signed = src.kind is Kind.SIGNED
+        offset = 1 << (b - 1) if signed else 0
+        magic = float(1 << t_m)  # ulp(magic) = 1
+        y_value = magic + offset
+        y_bits = _float_bits(y_value, dst)
+        # b = T+1: the top bit h of u goes to y = magic + offset - 2^T*h.
+        y_step = y_bits - _float_bits(y_value - (1 << t_m), dst) if b > t_m else 0
+        return ConversionRule(
+            src, dst, True, flip=offset, low_mask=(1 << min(b, t_m)) - 1,
+            magic_bits=_float_bits(magic, dst), y_bits=y_bits, y_value=y_value,
+            y_step=y_step)
+
+    e, m, t_e = src.exponent_bits, src.mantissa_bits, dst.exponent_bits
+    # The move needs the fields to fit, and an all-ones source field may land on the
+    # target's inf/NaN field only when it means inf/NaN in the source too (is_exact
+    # guarantees both: a wider or equally wide finite exponent overflows dst's range).
+    assert m <= t_m and (e < t_e or (e == t_e and src.specials is Specials.IEEE))
+    special_mask = 0
+    if src.specials is Specials.IEEE and e < t_e:
+        special_mask = ((1 << e) - 1) << m  # exponent all ones: inf or NaN
+    elif src.specials is Specials.FN:
+        special_mask = (1 << (b - 1)) - 1  # exponent and mantissa all ones: NaN
+    return ConversionRule(
+        src, dst, True,
+        sign_shift=dst.bits - b, sign_mask=1 << (dst.bits - 1),
+        field_shift=t_m - m, field_mask=((1 << (b - 1)) - 1) << (t_m - m),
+        special_mask=special_mask, special_fill=((1 << t_e) - 1) << t_m,
+        scale_exponent=dst.bias - src.bias)
+
+
+# ---- lanes: the same rule on one value, on two 16-bit lanes of an i32, or on <2 x i32> ---
+
+class _Lanes:
+    """How constants and per-lane tests are emitted for one lane arrangement.
+
+    `scalar`: one value in an iN (N = dst width). `swar`: two 16-bit lanes of one i32;
+    every step keeps each lane's bits inside its lane, so 32-bit ops serve both at once.
+    `vector`: `<2 x i32>` (the f32 pair), element-wise ops.
+    """
+
+    def __init__(self, mode: str, lane_bits: int):
+        self.mode = mode
+        self.lane_bits = lane_bits
+        if mode == "scalar":
+            self.int_type = ir.IntType(lane_bits)
+        elif mode == "swar":
+            assert lane_bits == 16
+            self.int_type = _I32
+        else:
+            self.int_type = ir.VectorType(ir.IntType(lane_bits), 2)
+
+    def const(self, value: int) -> ir.Constant:
+        """`value` in every lane."""
+        if self.mode == "scalar":
+            return ir.Constant(self.int_type, value)
+        if self.mode == "swar":
+            return ir.Constant(_I32, value | (value << 16))
+        return ir.Constant(self.int_type, [value, value])
+
+    def amount(self, value: int) -> ir.Constant:
+        """A shift amount or multiplier, the same for every lane: in the swar mode it is
+        one plain i32 operand (a shift moves both lanes; a product of a 0/1 lane by a
+        factor < 2^16 stays in its lane), never the value replicated in each lane."""
+        return ir.Constant(_I32, value) if self.mode == "swar" else self.const(value)
+
+    def float_type(self, scalar: ir.Type) -> ir.Type:
+        return scalar if self.mode == "scalar" else ir.VectorType(scalar, 2)
+
+    def float_const(self, value: float, scalar: ir.Type) -> ir.Constant:
+        if self.mode == "scalar":
+            return ir.Constant(scalar, value)
+        return ir.Constant(ir.VectorType(scalar, 2), [value, value])
+
+    def fill_where_all_ones(self, builder: ir.IRBuilder, code: ir.Value, x: ir.Value,
+                            field: int, fill: int) -> ir.Value:
+        """`x | fill` in the lanes whose `code & field == field`, else `x`."""
+        if self.mode != "swar":
+            hit = builder.icmp_unsigned("==", builder.and_(code, self.const(field)),
+                                        self.const(field))
+            return builder.select(hit, builder.or_(x, self.const(fill)), x)
+        # SWAR: t = code & field; t + lowest_bit(field) carries into the bit above the
+        # field iff every bit of the field is set (t <= field, so the sum stays below
+        # the next lane). That carry bit c = 2^above times `fill / 2^above` is `fill`
+        # or 0 per lane (the product stays in the lane): a branch-free select. `fill`
+        # (the target's exponent field, from bit T up) is a multiple of 2^above since
+        # above = b - 1 <= T; otherwise the carry is first moved to bit 0.
+        low = field & -field
+        above = field.bit_length()
+        t = builder.and_(code, self.const(field))
+        carry = builder.and_(builder.add(t, self.const(low)), self.const(1 << above))
+        if fill % (1 << above) == 0:
+            spread = builder.mul(carry, self.amount(fill >> above))
+        else:
+            spread = builder.mul(builder.lshr(carry, self.amount(above)), self.amount(fill))
+        return builder.or_(x, spread)
+
+
+def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
+               lanes: _Lanes, scalar_type: ir.Type) -> ir.Value:
+    """The rule on `code` (of `lanes.int_type`) -> float (scalar or `<2 x ...>`)."""
+    out_type = lanes.float_type(scalar_type)
+    if rule.src.is_integer:
+        u = builder.xor(code, lanes.const(rule.flip)) if rule.flip else code
+        x = builder.or_(builder.and_(u, lanes.const(rule.low_mask)), lanes.const(rule.magic_bits))
+        if rule.y_step:  # b = T + 1: the top bit of u lowers the subtrahend by 2^T
+            t_m = rule.dst.mantissa_bits
+            h = builder.and_(builder.lshr(u, lanes.amount(t_m)), lanes.const(1))
+            y_int = builder.sub(lanes.const(rule.y_bits),
+                                builder.mul(h, lanes.amount(rule.y_step)))
+            y = builder.bitcast(y_int, out_type)
+        else:
+            y = lanes.float_const(rule.y_value, scalar_type)
+        return builder.fsub(builder.bitcast(x, out_type), y)
+
+    sign = builder.and_(_shl(builder, code, rule.sign_shift, lanes), lanes.const(rule.sign_mask))
+    field = builder.and_(_shl(builder, code, rule.field_shift, lanes),
+                         lanes.const(rule.field_mask))
+    x = builder.or_(sign, field)
+    if rule.special_mask:
+        x = lanes.fill_where_all_ones(builder, code, x, rule.special_mask, rule.special_fill)
+    value = builder.bitcast(x, out_type)
+    if rule.scale_exponent:
+        value = builder.fmul(value, lanes.float_const(2.0 ** rule.scale_exponent, scalar_type))
+    return value
+
+
+def _shl(builder: ir.IRBuilder, value: ir.Value, amount: int, lanes: _Lanes) -> ir.Value:
+    return builder.shl(value, lanes.amount(amount)) if amount else value
+
+
+def _resize(builder: ir.IRBuilder, value: ir.Value, int_type: ir.IntType) -> ir.Value:
+    if not isinstance(value.type, ir.IntType):
+        raise TypeError(f"a code is an integer value, got {value.type}")
+    if value.type.width > int_type.width:
+        return builder.trunc(value, int_type)
+    if value.type.width < int_type.width:
+        return builder.zext(value, int_type)
+    return value
+
+
+def emit_convert(builder: ir.IRBuilder, code: ir.Value, src: DataType | str,
+                 dst: DataType | str, *, allow_rounding: bool = False) -> ir.Value:
+    """Convert one code (low bits of an integer value; higher bits ignored) to dst's float.
+
+    Emits integer ops and one float op (two for an inexact pair with `allow_rounding`).
+    """
+    rule = conversion_rule(src, dst, allow_rounding=allow_rounding)
+    inner = parse("f32") if rule.via_f32 else rule.dst
+    lanes = _Lanes("scalar", inner.bits)
+    value = _emit_rule(builder, _resize(builder, code, lanes.int_type), rule, lanes,
+                       float_ir_type(inner))
+    return builder.fptrunc(value, float_ir_type(rule.dst)) if rule.via_f32 else value
+
+
+def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType | str,
+                      dst: DataType | str, *, allow_rounding: bool = False) -> ir.Value:
+    """Convert the two codes of an i32 (bits [0, b) and [16, 16+b)) to `<2 x dst>`.
+
+    f16/bf16: 32-bit integer ops on both lanes and one `<2 x half|bfloat>` float op.
+    f32 (or an inexact pair with `allow_rounding`, made in f32 then `fptrunc`): the
+    lanes are split into `<2 x i32>` and the float op works on `<2 x float>`.
+    """
+    rule = conversion_rule(src, dst, allow_rounding=allow_rounding)
+    if not (isinstance(lanes_word.type, ir.IntType) and lanes_word.type.width == 32):
+        raise TypeError(f"a pair of codes is an i32, got {lanes_word.type}")
+    inner = parse("f32") if rule.via_f32 else rule.dst
+    if inner.bits == 16:
+        return _emit_rule(builder, lanes_word, rule, _Lanes("swar", 16), float_ir_type(inner))
+    lanes = _Lanes("vector", 32)
+    halves = builder.bitcast(lanes_word, ir.VectorType(ir.IntType(16), 2))
+    value = _emit_rule(builder, builder.zext(halves, lanes.int_type), rule, lanes,
+                       float_ir_type(inner))
+    if rule.via_f32:
+        value = builder.fptrunc(value, ir.VectorType(float_ir_type(rule.dst), 2))
+    return value
+
+
+# ---- extraction of codes from packed words ---------------------------------------------
+
+def emit_extract_code(builder: ir.IRBuilder, word: ir.Value, index: int | ir.Value,
+                      bits: int) -> ir.Value:
+    """The `index`-th `bits`-bit code of a packed word (bits [index*b, (index+1)*b)), as i32.
+
+    `word` is any integer type. A constant index must keep the code inside the word; a
+    runtime index (an integer `ir.Value`) is the caller's to keep in range.
+    """
+    width = _check_word(word, bits)
+    if isinstance(index, int):
+        if index < 0 or (index + 1) * bits > width:
+            raise ValueError(f"code {index} of {bits} bits is not inside an i{width}")
+        return emit_extract_field(builder, word, index * bits, bits)
+    offset = builder.mul(_resize(builder, index, word.type), ir.Constant(word.type, bits))
+    return emit_extract_field(builder, word, offset, bits)
+
+
+def emit_extract_field(builder: ir.IRBuilder, word: ir.Value, bit_offset: int | ir.Value,
+                       bits: int) -> ir.Value:
+    """The `bits`-bit field at `bit_offset` of an integer word, as i32: `(word >> o) & mask`.
+
+    A code straddling two 32-bit words of a packed stream (b = 3, 5, 6, 7): pass the i64
+    `hi << 32 | lo` of the two words and the code's stream bit offset modulo 32.
+    """
+    width = _check_word(word, bits)
+    if isinstance(bit_offset, int):
+        if bit_offset < 0 or bit_offset + bits > width:
+            raise ValueError(f"bits [{bit_offset}, {bit_offset + bits}) are not inside an "
+                             f"i{width}")
+        shifted = builder.lshr(word, ir.Constant(word.type, bit_offset)) if bit_offset else word
+    else:
+        shifted = builder.lshr(word, _resize(builder, bit_offset, word.type))
+    code = builder.and_(shifted, ir.Constant(word.type, (1 << bits) - 1))
+    return _resize(builder, code, _I32)
+
+
+def emit_extract_pair(builder: ir.IRBuilder, word: ir.Value, bits: int, first: int,
+                      second: int | None = None) -> ir.Value:
+    """Codes `first` and `second` (default `first + 1`) of a packed word, in the two lanes
+    of an i32 (bits [0, b) and [16, 16+b)) as `emit_convert_pair` reads them."""
+    width = _check_word(word, bits)
+    second = first + 1 if second is None else second
+    for index in (first, second):
+        if index < 0 or (index + 1) * bits > width:
+            raise ValueError(f"code {index} of {bits} bits is not inside an i{width}")
+    mask = (1 << bits) - 1
+    lo_shift, hi_shift = first * bits, second * bits - 16  # hi lane: move bit s2 to 16
+    if hi_shift == lo_shift:  # offsets 16 apart: one shift serves both lanes
+        both = builder.and_(builder.lshr(word, ir.Constant(word.type, lo_shift)),
+                            ir.Constant(word.type, mask | (mask << 16)))
+        return _resize(builder, both, _I32)
+    lo = builder.lshr(word, ir.Constant(word.type, lo_shift)) if lo_shift else word
+    lo = builder.and_(lo, ir.Constant(word.type, mask))
+    if hi_shift >= 0:
+        moved = builder.lshr(word, ir.Constant(word.type, hi_shift))
+    else:
+        moved = builder.shl(word, ir.Constant(word.type, -hi_shift))
+    hi = builder.and_(moved, ir.Constant(word.type, mask << 16))
+    return _resize(builder, builder.or_(lo, hi), _I32)
+
+
+def _check_word(word: ir.Value, bits: int) -> int:
+    if not isinstance(word.type, ir.IntType):
+        raise TypeError(f"a packed word is an integer value, got {word.type}")
+    if not 1 <= bits <= 8:
+        raise ValueError(f"codes have 1..8 bits, got {bits}")
+    return word.type.width

@@ -1,0 +1,1 @@
+"""Compiler passes, one per module; `tilevm.backend.pipeline` lists them in order."""

@@ -1,0 +1,55 @@
+"""The compiler pipeline: the passes, in order, and `compile_program`.
+
+    verify -> infer_layouts -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
+
+Each pass is one module of backend/passes/ whose docstring says what it expects and
+guarantees; `vmc compile --dump-after NAME` prints the IR after any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tilevm.backend import codegen, target
+from tilevm.backend.passes.infer_layouts import infer_layouts
+from tilevm.backend.passes.verify import verify
+from tilevm.ir.stmt import Program
+
+PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
+    ("verify", verify),
+    ("infer_layouts", infer_layouts),
+)
+PASS_NAMES = tuple(name for name, _ in PASSES)
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    name: str
+    arch: str
+    ptx: str
+    llvm_ir: str
+    lowered: Program  # the IR after the last pass
+    num_threads: int
+    shared_bytes: int
+
+
+def run_passes(program: Program, dump_after: str | None = None,
+               on_dump: Callable[[str, Program], None] | None = None) -> Program:
+    """The program after every pass (calling `on_dump(name, program)` after `dump_after`)."""
+    if dump_after is not None and dump_after not in PASS_NAMES:
+        raise ValueError(f"no pass named {dump_after!r}; passes: {', '.join(PASS_NAMES)}")
+    for name, run in PASSES:
+        program = run(program)
+        if name == dump_after and on_dump is not None:
+            on_dump(name, program)
+    return program
+
+
+def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> CompiledKernel:
+    """Program -> PTX for `arch` (see the module docstring)."""
+    target.target(arch)  # an unknown arch fails before any work
+    lowered = run_passes(program)
+    llvm_ir = str(codegen.generate(lowered))
+    ptx = target.emit_ptx(llvm_ir, arch, opt)
+    return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads, 0)

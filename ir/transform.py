@@ -1,0 +1,55 @@
+"""Rewriting programs: `map_tensors` replaces every occurrence of tensors (a pass that
+changes tensor types, e.g. layout inference, uses it) throughout a program."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import Any
+
+from tilevm.ir.instructions import Instruction
+from tilevm.ir.stmt import For, If, Program, Seq
+from tilevm.ir.types import Tensor
+
+
+def map_tensors(program: Program, fn: Callable[[Tensor], Tensor]) -> Program:
+    """The program with every tensor `t` (definitions and uses) replaced by `fn(t)`."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            return fn(v)
+        if isinstance(v, tuple):
+            return tuple(value(x) for x in v)
+        return v
+
+    def stmt(s: Any) -> Any:
+        if isinstance(s, Instruction):
+            return replace(s, **{f.name: value(getattr(s, f.name)) for f in fields(s)
+                                 if f.name != "loc"})
+        if isinstance(s, Seq):
+            return Seq(body=tuple(stmt(x) for x in s.body))
+        if isinstance(s, For):
+            return replace(s, body=stmt(s.body))
+        if isinstance(s, If):
+            return replace(s, then_body=stmt(s.then_body),
+                           else_body=None if s.else_body is None else stmt(s.else_body))
+        return s
+
+    return replace(program, body=stmt(program.body))
+
+
+def instructions(seq: Seq) -> list[Instruction]:
+    """Every instruction of a statement tree, in program order."""
+    found: list[Instruction] = []
+    for s in seq.body:
+        if isinstance(s, Instruction):
+            found.append(s)
+        elif isinstance(s, Seq):
+            found += instructions(s)
+        elif isinstance(s, For):
+            found += instructions(s.body)
+        elif isinstance(s, If):
+            found += instructions(s.then_body)
+            if s.else_body is not None:
+                found += instructions(s.else_body)
+    return found

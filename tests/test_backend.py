@@ -1,0 +1,186 @@
+"""The GPU backend: compiling to PTX that ptxas accepts (CPU), `vmc compile`, and compiled
+kernels against the interpreter on random inputs (GPU, marked `gpu`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilevm.backend import ptxas
+from tilevm.backend.passes.infer_layouts import default_layout
+from tilevm.backend.pipeline import PASS_NAMES, compile_program, run_passes
+from tilevm.dtypes import parse
+from tilevm.ir.errors import VMError
+from tilevm.ir.transform import instructions
+from tilevm.ir.types import MemorySpace
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = Path(__file__).resolve().parent / "kernels" / "backend_kernels.py"
+ARCHES = ("sm_80", "sm_90")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kernels = _load(KERNELS)
+vector_add = _load(ROOT / "examples" / "vector_add.py").vector_add
+COMPILED = [(vector_add, {"block": 1024}), (vector_add, {"block": 256}),
+            (kernels.scale_relu, {}), (kernels.tile_add_2d, {}), (kernels.dequant_int8, {})]
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kernel, constants", COMPILED, ids=lambda v: getattr(v, "name", str(v)))
+def test_ptxas_accepts_without_spills(kernel, constants, arch):
+    compiled = compile_program(kernel.specialize(**constants), arch)
+    report = ptxas.check_ptx(compiled.ptx, arch)
+    assert report[kernel.name].spill_bytes == 0
+    assert f".target {arch}" in compiled.ptx and f".maxntid {compiled.num_threads}" in \
+        compiled.ptx
+
+
+def test_contiguous_tiles_use_16_byte_accesses():
+    ptx = compile_program(vector_add.specialize(block=1024), "sm_90").ptx
+    assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
+    # The row stride of tile_add_2d is the runtime N, not provably a multiple of 4
+    # elements: its rows may start anywhere, so no 16-byte access may be formed.
+    ptx = compile_program(kernels.tile_add_2d.specialize(), "sm_90").ptx
+    assert "ld.global.v" not in ptx
+
+
+def test_unprovable_alignment_falls_back_to_scalar_accesses():
+    # An offset of 1 element is not 16-byte aligned: no vector access may be formed.
+    text = KERNELS.read_text().replace("off = tv.block_idx(0) * block\n    a = tv.cast",
+                                       "off = tv.block_idx(0) * block + 1\n    a = tv.cast")
+    path = Path(__file__).resolve().parent / "kernels" / "_misaligned_tmp.py"
+    try:
+        path.write_text(text)
+        ptx = compile_program(_load(path).scale_relu.specialize(), "sm_90").ptx
+    finally:
+        path.unlink()
+    assert "ld.global.v" not in ptx and "st.global.v" not in ptx
+
+
+def test_every_register_tensor_gets_a_layout():
+    program = run_passes(kernels.scale_relu.specialize())
+    for inst in instructions(program.body):
+        for t in [inst.output, *inst.input_tensors()]:
+            if t is not None and t.space is MemorySpace.REGISTER:
+                assert t.layout is not None and t.layout.num_threads == program.num_threads
+
+
+@pytest.mark.parametrize("shape, dtype", [((256,), "f32"), ((1024,), "f16"), ((32, 64), "f16"),
+                                          ((16,), "f32"), ((64, 24), "uint8"), ((1, 8), "f32")])
+def test_default_layout_covers_the_tile_with_every_thread(shape, dtype):
+    layout = default_layout(shape, parse(dtype), 128)
+    assert layout.shape == shape and layout.num_threads == 128
+    held = {tuple(c) for c in layout.table().reshape(-1, len(shape)).tolist()}
+    assert len(held) == int(np.prod(shape))
+    # Threads are only replicated when the tile has fewer elements than the block.
+    assert layout.replication == max(1, 128 // int(np.prod(shape)))
+    assert layout.local_size * layout.num_threads // layout.replication == int(np.prod(shape))
+
+
+def test_unsupported_instruction_names_the_line():
+    matmul = _load(ROOT / "examples" / "matmul.py")
+    kernel = next(v for v in vars(matmul).values() if type(v).__name__ == "Kernel")
+    with pytest.raises(VMError, match="dot is not supported by the GPU backend yet") as err:
+        compile_program(kernel.specialize(), "sm_80")
+    assert err.value.loc is not None and err.value.loc.file.endswith("matmul.py")
+
+
+def vmc(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tilevm.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_vmc_compile_writes_ptx_and_checks_it(tmp_path):
+    out = tmp_path / "vadd.ptx"
+    result = vmc("compile", str(ROOT / "examples" / "vector_add.py"), "-o", str(out),
+                 "--arch", "sm_90", "--check")
+    assert result.returncode == 0, result.stderr
+    assert ".entry vector_add" in out.read_text()
+    assert "vector_add" in result.stderr and "spill" in result.stderr
+
+
+def test_vmc_compile_emits_ir_llvm_and_dumps_passes():
+    path = str(KERNELS) + ":scale_relu"
+    ir_text = vmc("compile", path, "--emit", "ir", "--set", "block=256").stdout
+    assert ir_text.startswith("kernel scale_relu(") and "constants(block='256'" in ir_text
+    assert "define ptx_kernel void" in vmc("compile", path, "--emit", "llvm").stdout
+    dumped = vmc("compile", path, "--dump-after", "infer_layouts").stdout
+    assert dumped.startswith("// after infer_layouts") and "{spatial(" in dumped
+    assert PASS_NAMES[0] == "verify"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "sm_75"], "unknown GPU architecture"),
+    (["--dump-after", "nope"], "no pass named"),
+    (["--set", "block=0"], ""),
+    (["--emit", "ir", "--check"], "needs --emit ptx"),
+])
+def test_vmc_compile_errors(args, message):
+    result = vmc("compile", str(ROOT / "examples" / "vector_add.py"), *args)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert message in result.stderr
+
+
+# ---- on the GPU ---------------------------------------------------------------------------
+
+def _run_both(kernel, args, constants):
+    """Run a kernel compiled on the GPU and in the interpreter; return both outputs."""
+    from tilevm.backend.launch import launch_program
+
+    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    kernel.interpret(*expected, **constants)
+    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    launch_program(kernel.specialize(**constants), got)
+    return got, expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 1000, 4096, 5000])
+def test_gpu_vector_add_matches_interpreter(n):
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = np.full(n, np.nan, np.float32)  # poisoned
+    got, expected = _run_both(vector_add, [x, y, out, n], {"block": 1024})
+    assert np.array_equal(got[2], expected[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [7, 512, 3000])
+def test_gpu_scale_relu_matches_interpreter(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float16)
+    got, expected = _run_both(kernels.scale_relu, [x, np.full(n, np.nan, np.float32), n, 0.75],
+                              {})
+    assert np.array_equal(got[1], expected[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N", [(16, 32), (17, 45), (100, 3)])
+def test_gpu_tile_add_2d_matches_interpreter(M, N):
+    rng = np.random.default_rng(M * N)
+    a, b = (rng.standard_normal((M, N)).astype(np.float32) for _ in range(2))
+    got, expected = _run_both(kernels.tile_add_2d, [a, b, np.full((M, N), np.nan, np.float32),
+                                                    M, N], {})
+    assert np.array_equal(got[2], expected[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1024, 2500])
+def test_gpu_dequant_int8_matches_interpreter(n):
+    rng = np.random.default_rng(n)
+    q = rng.integers(-128, 128, n).astype(np.int8)
+    s = rng.uniform(0.01, 1, -(-n // 1024)).astype(np.float16)
+    got, expected = _run_both(kernels.dequant_int8, [q, s, np.full(n, np.nan, np.float16), n], {})
+    assert np.array_equal(got[2], expected[2])
