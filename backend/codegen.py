@@ -14,20 +14,21 @@ integer ops on `%tid.x` (emitted once per layout); the local part is a constant 
 tiles that a loop carries (`assign` destinations) and scalar variables live in
 `alloca`s, which LLVM's SROA turns back into registers.
 
-Each instruction is lowered by the method `lower_<opname>`.
+Each instruction is lowered by the function `lower_<opname>` of its family's module in
+backend/lowering/ (`LOWERINGS`); this module holds what they share: the kernel's
+setup, statements and scalar expressions, and the layout arithmetic.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import llvmlite.ir as ir
 
-from tilevm.backend import conversions
+from tilevm.backend.arith import I32, I64, PTR, convert_value, llvm_type, scalar_binary
 from tilevm.backend.target import DATA_LAYOUT, TRIPLE
-from tilevm.dtypes import DataType, Kind, parse
+from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import (
@@ -45,27 +46,6 @@ from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
 from tilevm.ir.types import Pointer, Tensor
 from tilevm.layouts import RegisterLayout
-
-I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
-PTR = ir.PointerType()
-
-
-def llvm_type(dtype: DataType) -> ir.Type:
-    """The LLVM type of one element held in a register (sub-byte codes as i8)."""
-    if dtype.is_float and dtype.bits >= 16:
-        return conversions.float_ir_type(dtype)
-    if dtype.is_float:  # 8-bit and narrower floats are held as their codes
-        return I8
-    return ir.IntType(max(dtype.bits, 8) if dtype.bits > 1 else 1)
-
-
-@dataclass
-class GlobalViewValue:
-    base: ir.Value  # the pointer parameter
-    offset: ir.Value  # i64, in elements
-    shape: list[ir.Value]  # i64
-    strides: list[ir.Value]  # i64
-    dtype: DataType
 
 
 class KernelCodegen:
@@ -131,10 +111,10 @@ class KernelCodegen:
         for stmt in seq.body:
             if isinstance(stmt, ins.Instruction):
                 self.inst = stmt
-                method = getattr(self, f"lower_{stmt.opname}", None)
-                if method is None:
+                lower = LOWERINGS.get(stmt.opname)
+                if lower is None:
                     raise self.fail(f"{stmt.opname} is not supported by the GPU backend yet")
-                method(stmt)
+                lower(self, stmt)
                 self.inst = None
             elif isinstance(stmt, Let):
                 slot = self._entry_alloca(llvm_type(stmt.var.dtype), stmt.var.name)
@@ -224,7 +204,7 @@ class KernelCodegen:
             x, y = self._expr(e.lhs), self._expr(e.rhs)
             return b.and_(x, y) if op == "and" else b.or_(x, y)
         operand = e.dtype if op not in ("<", "<=", "==", "!=", ">", ">=") else \
-            _promote_for_compare(e.lhs.dtype, e.rhs.dtype)
+            promote(e.lhs.dtype, e.rhs.dtype)
         x, y = self.expr(e.lhs, operand), self.expr(e.rhs, operand)
         return scalar_binary(b, op, x, y, operand)
 
@@ -327,15 +307,6 @@ class KernelCodegen:
         return mapping
 
     # ---- instructions ------------------------------------------------------------------------
-    def lower_global_view(self, inst: ins.GlobalView) -> None:
-        value = self.tensors[inst.out.name] = GlobalViewValue(
-            base=self.pointers[inst.ptr.name],
-            offset=self._i64(inst.offset),
-            shape=[self._i64(s) for s in inst.out.shape],
-            strides=[self._i64(s) for s in inst.strides],
-            dtype=inst.out.dtype)
-        self.view_exprs[id(value)] = (inst.strides, inst.offset)
-
     def divisor(self, e: Expr | int) -> int:
         """A number that provably divides the value of `e` (0 divides only 0), used to
         prove the alignment of vector accesses."""
@@ -353,181 +324,22 @@ class KernelCodegen:
             return self.divisor(e.lhs) << int(e.rhs.value)
         return 1
 
-    def _i64(self, e: Expr | int) -> ir.Value:
+    def i64(self, e: Expr | int) -> ir.Value:
         if isinstance(e, int):
             return ir.Constant(I64, e)
         return self.convert_scalar(self._expr(e), e.dtype, _INT64)
 
-    def _vector_width(self, view: GlobalViewValue, view_expr: ins.GlobalView | None,
-                      tile: Tensor, offsets: tuple[Expr, ...]) -> int:
-        """The widest vector (in elements, at most 16 bytes) for accesses of `tile` through
-        `view`: consecutive registers at consecutive elements of a unit-stride last
-        dimension, at addresses provably aligned to the vector's size."""
-        layout = self.layout_of(tile)
-        bytes_ = max(view.dtype.bits // 8, 1)
-        width = 16 // bytes_
-        strides, offset = self.view_exprs[id(view)]
-        if not (isinstance(strides[-1], Const) and strides[-1].value == 1):
-            return 1
-        locals_ = self.local_parts(layout)
-        while width > 1:
-            # Registers l..l+w-1 (l a multiple of w) are w consecutive last-dim elements,
-            # and every address the thread can start a vector at is a multiple of w.
-            runs = all(locals_[l + i][:-1] == locals_[l][:-1] and
-                       locals_[l + i][-1] == locals_[l][-1] + i and locals_[l][-1] % width == 0
-                       for l in range(0, layout.local_size, width) for i in range(width)) \
-                if layout.local_size % width == 0 else False
-            thread_ok = all(layout.global_index(t, 0)[-1] % width == 0
-                            for t in range(layout.num_threads))
-            aligned = all(self.divisor(e) % width == 0 for e in (offset, offsets[-1],
-                                                                 *strides[:-1]))
-            if runs and thread_ok and aligned:
-                return width
-            width //= 2
-        return 1
-
-    def _element_addresses(self, view: GlobalViewValue, tile: Tensor,
-                           offsets: tuple[Expr, ...], width: int
-                           ) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
-        """For each group of `width` registers: (every element in bounds, the first
-        element's index, and per element in-bounds predicates)."""
-        if view.dtype.bits < 8:
-            raise self.fail("sub-byte global tensors are not supported by the GPU backend yet")
-        layout = self.layout_of(tile)
-        base = [self.b.add(t, self._i64(o)) for t, o in zip(self.thread_part(layout), offsets)]
-        groups = []
-        locals_ = self.local_parts(layout)
-        for start in range(0, layout.local_size, width):
-            preds, index = [], view.offset
-            for i in range(width):
-                inside = ir.Constant(I1, 1)
-                for d, c in enumerate(locals_[start + i]):
-                    coord = self.b.add(base[d], ir.Constant(I64, c))
-                    ok = self.b.and_(self.b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
-                                     self.b.icmp_signed("<", coord, view.shape[d]))
-                    inside = self.b.and_(inside, ok)
-                    if i == 0:
-                        index = self.b.add(index, self.b.mul(coord, view.strides[d]))
-                preds.append(inside)
-            whole = preds[0]
-            for p in preds[1:]:
-                whole = self.b.and_(whole, p)
-            groups.append((whole, index, preds))
-        return groups
-
-    def lower_load_global(self, inst: ins.LoadGlobal) -> None:
-        view = self.tensors[inst.src.name]
-        ty = llvm_type(inst.out.dtype)
-        other = self._constant(inst.other, inst.out.dtype)
-        width = self._vector_width(view, None, inst.out, inst.offsets)
-        vec_ty = ir.VectorType(ty, width)
-        values: list[ir.Value] = []
-        for whole, index, preds in self._element_addresses(view, inst.out, inst.offsets, width):
-            # The fast path: the whole vector is inside the view (one ld.global.vN).
-            # A vector straddling a ragged edge loads element by element.
-            with self.b.if_else(whole) as (then, otherwise):
-                with then:
-                    ptr = self.b.gep(view.base, [index], source_etype=ty)
-                    if width > 1:
-                        vec = self.b.load(ptr, typ=vec_ty, align=width * max(ty_bytes(ty), 1))
-                    else:
-                        vec = self.b.load(ptr, typ=ty)
-                    fast = self.b.block
-                with otherwise:
-                    parts = []
-                    for i, inside in enumerate(preds):
-                        safe = self.b.select(inside, self.b.add(index, ir.Constant(I64, i)),
-                                             view.offset)
-                        loaded = self.b.load(self.b.gep(view.base, [safe], source_etype=ty),
-                                             typ=ty)
-                        # Predicated: the address is clamped, the value replaced.
-                        parts.append(self.b.select(inside, loaded, other))
-                    slow_vec = parts[0] if width == 1 else _build_vector(self.b, parts, vec_ty)
-                    slow = self.b.block
-            phi = self.b.phi(vec_ty if width > 1 else ty)
-            phi.add_incoming(vec, fast)
-            phi.add_incoming(slow_vec, slow)
-            if width == 1:
-                values.append(phi)
-            else:
-                values += [self.b.extract_element(phi, ir.Constant(I32, i)) for i in range(width)]
-        self.define(inst.out, values)
-
-    def lower_store_global(self, inst: ins.StoreGlobal) -> None:
-        view = self.tensors[inst.dst.name]
-        ty = llvm_type(view.dtype)
-        if inst.src.dtype != view.dtype:
-            raise self.fail("store_global of a tile of another dtype; cast it first")
-        values = self.register_values(inst.src)
-        width = self._vector_width(view, None, inst.src, inst.offsets)
-        groups = self._element_addresses(view, inst.src, inst.offsets, width)
-        for g, (whole, index, preds) in enumerate(groups):
-            chunk = values[g * width:(g + 1) * width]
-            with self.b.if_else(whole) as (then, otherwise):
-                with then:
-                    ptr = self.b.gep(view.base, [index], source_etype=ty)
-                    if width > 1:
-                        vec = _build_vector(self.b, chunk, ir.VectorType(ty, width))
-                        self.b.store(vec, ptr, align=width * max(ty_bytes(ty), 1))
-                    else:
-                        self.b.store(chunk[0], ptr)
-                with otherwise:
-                    for i, (inside, value) in enumerate(zip(preds, chunk)):
-                        with self.b.if_then(inside):
-                            elem = self.b.add(index, ir.Constant(I64, i))
-                            self.b.store(value, self.b.gep(view.base, [elem], source_etype=ty))
-
-    def _constant(self, value: int | float, dtype: DataType) -> ir.Value:
+    def constant(self, value: int | float, dtype: DataType) -> ir.Value:
         ty = llvm_type(dtype)
         if isinstance(ty, ir.IntType):
             return ir.Constant(ty, int(value) & ((1 << ty.width) - 1))
         return ir.Constant(ty, float(value))
 
-    def lower_full(self, inst: ins.Full) -> None:
-        value = self.expr(inst.value, inst.out.dtype)
-        self.define(inst.out, [value] * self.layout_of(inst.out).local_size)
-
-    def lower_assign(self, inst: ins.Assign) -> None:
-        if inst.dst.layout != inst.src.layout:
-            raise self.fail("assign between tiles of different layouts is not supported yet")
-        for slot, value in zip(self.tensors[inst.dst.name], self.register_values(inst.src)):
-            self.b.store(value, slot)
-
-    def lower_cast(self, inst: ins.Cast) -> None:
-        values = self.operand_values(inst.src, inst.out)
-        self.define(inst.out, [convert_value(self.b, v, inst.src.dtype, inst.out.dtype)
-                               for v in values])
-
-    def lower_elementwise(self, inst: ins.Elementwise) -> None:
-        dtype = next(a.dtype for a in inst.args if isinstance(a, Tensor))
-        operands = [self.operand_values(a, inst.out) if isinstance(a, Tensor) else
-                    [self.expr(a, dtype)] * self.layout_of(inst.out).local_size
-                    for a in inst.args]
-        self.define(inst.out, [tile_op(self.b, inst.op, [o[i] for o in operands], dtype)
-                               for i in range(len(operands[0]))])
-
-    def lower_where(self, inst: ins.Where) -> None:
-        dtype = inst.out.dtype
-        cond = self.operand_values(inst.cond, inst.out)
-        x = self.operand_values(inst.x, inst.out) if isinstance(inst.x, Tensor) else \
-            [self.expr(inst.x, dtype)] * len(cond)
-        y = self.operand_values(inst.y, inst.out) if isinstance(inst.y, Tensor) else \
-            [self.expr(inst.y, dtype)] * len(cond)
-        self.define(inst.out, [self.b.select(c, a, o) for c, a, o in zip(cond, x, y)])
-
-    def lower_sync(self, inst: ins.Sync) -> None:
-        fn = self.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
-            self.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0")
-        self.b.call(fn, [])
-
-    def lower_annotate_layout(self, inst: ins.AnnotateLayout) -> None:
-        pass  # consumed by layout inference
 
 
 # ---- scalar and elementwise arithmetic ---------------------------------------------------------
 
-_F32, _INT64 = parse("f32"), parse("int64")
-_promote_for_compare = promote
+_INT64 = parse("int64")
 
 
 def _dim_strides(layout: RegisterLayout) -> list[int]:
@@ -540,155 +352,9 @@ def _dim_strides(layout: RegisterLayout) -> list[int]:
     return strides
 
 
-def ty_bytes(ty: ir.Type) -> int:
-    if isinstance(ty, ir.IntType):
-        return ty.width // 8
-    return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(ty)]
-
-
-def _build_vector(b: ir.IRBuilder, parts: list[ir.Value], ty: ir.VectorType) -> ir.Value:
-    vec = ir.Constant(ty, ir.Undefined)
-    for i, part in enumerate(parts):
-        vec = b.insert_element(vec, part, ir.Constant(I32, i))
-    return vec
-
-
-def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType) -> ir.Value:
-    """One value from `src` to `dst`: round to nearest even, saturating integers."""
-    if src == dst:
-        return value
-    if src.is_lowbit and (src.is_float or src.bits < 8) and dst.is_float and dst.bits >= 16:
-        return conversions.emit_convert(b, value, src, dst)
-    dst_ty = llvm_type(dst)
-    if src.is_float and dst.is_float:
-        if src.bits < 16 or dst.bits < 16:
-            raise VMError(f"conversion {src} -> {dst} is not supported by the GPU backend yet")
-        if src.bits == 16 and dst.bits == 16:  # f16 <-> bf16 through f32 (exact, then RNE)
-            value, src = b.fpext(value, ir.FloatType()), _F32
-        if dst.bits > src.bits:
-            return b.fpext(value, dst_ty)
-        return b.fptrunc(value, dst_ty)
-    if src.is_float:  # float -> integer: round to nearest even, then saturate
-        rint = b.call(_intrinsic(b, "llvm.rint", value.type, [value.type]), [value])
-        name = "llvm.fptosi.sat" if dst.kind is not Kind.UNSIGNED else "llvm.fptoui.sat"
-        return b.call(_intrinsic(b, name, dst_ty, [rint.type]), [rint])
-    if dst.is_float:
-        return b.sitofp(value, dst_ty) if src.is_signed else b.uitofp(value, dst_ty)
-    if dst.bits == src.bits or isinstance(dst_ty, ir.IntType) and dst_ty.width == value.type.width:
-        return value
-    if dst_ty.width < value.type.width:
-        return b.trunc(value, dst_ty)
-    return b.sext(value, dst_ty) if src.is_signed else b.zext(value, dst_ty)
-
-
-def _intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    module = b.module
-    suffix = ".".join(_type_suffix(t) for t in ([ret] if name.endswith("sat") else [])
-                      + args)
-    full = f"{name}.{suffix}"
-    fn = module.globals.get(full)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), full)
-    return fn
-
-
-def _type_suffix(t: ir.Type) -> str:
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    return {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}[str(t)]
-
-
-_INT_OPS = {"+": "add", "-": "sub", "*": "mul", "&": "and_", "|": "or_", "^": "xor",
-            "<<": "shl"}
-_FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
-
-
-def scalar_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
-                  dtype: DataType) -> ir.Value:
-    """A binary scalar operator of ir/expr.py on two values of `dtype`."""
-    if op in ("<", "<=", "==", "!=", ">", ">="):
-        if dtype.is_float:
-            return b.fcmp_ordered(op, x, y)
-        return (b.icmp_signed if dtype.is_signed else b.icmp_unsigned)(op, x, y)
-    if dtype.is_float:
-        if op in _FLOAT_OPS:
-            return getattr(b, _FLOAT_OPS[op])(x, y)
-        if op in ("min", "max"):
-            name = "llvm.minimum" if op == "min" else "llvm.maximum"
-            return b.call(_intrinsic(b, name, x.type, [x.type]), [x, y])
-        raise VMError(f"operator {op} on floats is not supported by the GPU backend yet")
-    if op in _INT_OPS:
-        return getattr(b, _INT_OPS[op])(x, y)
-    if op == ">>":
-        return b.ashr(x, y) if dtype.is_signed else b.lshr(x, y)
-    if op in ("min", "max"):
-        pick = b.icmp_signed("<" if op == "min" else ">", x, y) if dtype.is_signed else \
-            b.icmp_unsigned("<" if op == "min" else ">", x, y)
-        return b.select(pick, x, y)
-    if op in ("//", "%", "cdiv"):
-        return _floor_div_mod(b, op, x, y, dtype)
-    raise VMError(f"operator {op} is not supported by the GPU backend yet")
-
-
-def _floor_div_mod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
-                   dtype: DataType) -> ir.Value:
-    zero = ir.Constant(x.type, 0)
-    if op == "cdiv":  # ceil(x / y) = -floor(-x / y)
-        return b.neg(_floor_div_mod(b, "//", b.neg(x), y, dtype))
-    if not dtype.is_signed:
-        return b.udiv(x, y) if op == "//" else b.urem(x, y)
-    q, r = b.sdiv(x, y), b.srem(x, y)
-    # C truncates; Python floors: adjust when the remainder's sign differs from y's.
-    adjust = b.and_(b.icmp_signed("!=", r, zero),
-                    b.icmp_signed("!=", b.icmp_signed("<", r, zero),
-                                  b.icmp_signed("<", y, zero)))
-    if op == "//":
-        return b.sub(q, b.zext(adjust, x.type))
-    return b.select(adjust, b.add(r, y), r)
-
-
-_TILE_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "min": "min", "max": "max",
-                "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "mod": "%",
-                "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
-
-
-def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> ir.Value:
-    """One element of an `elementwise` instruction. f16/bf16 arithmetic is done in f32
-    and rounded once (what the interpreter specifies)."""
-    widen = dtype.is_float and dtype.bits == 16 and op not in ("neg", "abs")
-    if widen:
-        args = [b.fpext(a, ir.FloatType()) for a in args]
-        compute = _F32
-    else:
-        compute = dtype
-    if len(args) == 2:
-        result = scalar_binary(b, _TILE_BINARY[op], args[0], args[1], compute)
-    else:
-        result = _tile_unary(b, op, args[0], compute)
-    if widen and op not in ("lt", "le", "eq", "ne", "gt", "ge"):
-        result = b.fptrunc(result, llvm_type(dtype))
-    return result
-
-
-def _tile_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: DataType) -> ir.Value:
-    if op == "neg":
-        return b.fneg(x) if dtype.is_float else b.neg(x)
-    if op == "not":
-        return b.not_(x)
-    if op == "abs":
-        if dtype.is_float:
-            return b.call(_intrinsic(b, "llvm.fabs", x.type, [x.type]), [x])
-        return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
-    names = {"exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
-             "sqrt": "llvm.sqrt"}
-    if op in names:
-        return b.call(_intrinsic(b, names[op], x.type, [x.type]), [x])
-    if op == "rsqrt":
-        root = b.call(_intrinsic(b, "llvm.sqrt", x.type, [x.type]), [x])
-        return b.fdiv(ir.Constant(x.type, 1.0), root)
-    raise VMError(f"elementwise {op} is not supported by the GPU backend yet")
-
-
 def generate(program: Program) -> ir.Module:
     """The LLVM module of a layout-complete program (see the module docstring)."""
     return KernelCodegen(program).generate()
+
+
+from tilevm.backend.lowering import LOWERINGS  # noqa: E402  (the lowerings use this module)

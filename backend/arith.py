@@ -1,0 +1,174 @@
+"""LLVM IR for scalar arithmetic and conversions, shared by codegen and the lowerings:
+the LLVM type of a dtype, one value's conversion between dtypes (the low-bit rules of
+`conversions` included), the operators of ir/expr.py and of `elementwise`."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tilevm.backend import conversions
+from tilevm.dtypes import DataType, Kind, parse
+from tilevm.ir.errors import VMError
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+F32 = parse("f32")
+
+
+def llvm_type(dtype: DataType) -> ir.Type:
+    """The LLVM type of one element held in a register (sub-byte codes as i8)."""
+    if dtype.is_float and dtype.bits >= 16:
+        return conversions.float_ir_type(dtype)
+    if dtype.is_float:  # 8-bit and narrower floats are held as their codes
+        return I8
+    return ir.IntType(max(dtype.bits, 8) if dtype.bits > 1 else 1)
+
+
+
+def ty_bytes(ty: ir.Type) -> int:
+    if isinstance(ty, ir.IntType):
+        return ty.width // 8
+    return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(ty)]
+
+
+def build_vector(b: ir.IRBuilder, parts: list[ir.Value], ty: ir.VectorType) -> ir.Value:
+    vec = ir.Constant(ty, ir.Undefined)
+    for i, part in enumerate(parts):
+        vec = b.insert_element(vec, part, ir.Constant(I32, i))
+    return vec
+
+
+def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType) -> ir.Value:
+    """One value from `src` to `dst`: round to nearest even, saturating integers."""
+    if src == dst:
+        return value
+    if src.is_lowbit and (src.is_float or src.bits < 8) and dst.is_float and dst.bits >= 16:
+        return conversions.emit_convert(b, value, src, dst)
+    dst_ty = llvm_type(dst)
+    if src.is_float and dst.is_float:
+        if src.bits < 16 or dst.bits < 16:
+            raise VMError(f"conversion {src} -> {dst} is not supported by the GPU backend yet")
+        if src.bits == 16 and dst.bits == 16:  # f16 <-> bf16 through f32 (exact, then RNE)
+            value, src = b.fpext(value, ir.FloatType()), F32
+        if dst.bits > src.bits:
+            return b.fpext(value, dst_ty)
+        return b.fptrunc(value, dst_ty)
+    if src.is_float:  # float -> integer: round to nearest even, then saturate
+        rint = b.call(intrinsic(b, "llvm.rint", value.type, [value.type]), [value])
+        name = "llvm.fptosi.sat" if dst.kind is not Kind.UNSIGNED else "llvm.fptoui.sat"
+        return b.call(intrinsic(b, name, dst_ty, [rint.type]), [rint])
+    if dst.is_float:
+        return b.sitofp(value, dst_ty) if src.is_signed else b.uitofp(value, dst_ty)
+    if dst.bits == src.bits or isinstance(dst_ty, ir.IntType) and dst_ty.width == value.type.width:
+        return value
+    if dst_ty.width < value.type.width:
+        return b.trunc(value, dst_ty)
+    return b.sext(value, dst_ty) if src.is_signed else b.zext(value, dst_ty)
+
+
+def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    module = b.module
+    suffix = ".".join(_type_suffix(t) for t in ([ret] if name.endswith("sat") else [])
+                      + args)
+    full = f"{name}.{suffix}"
+    fn = module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), full)
+    return fn
+
+
+def _type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    return {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}[str(t)]
+
+
+_INT_OPS = {"+": "add", "-": "sub", "*": "mul", "&": "and_", "|": "or_", "^": "xor",
+            "<<": "shl"}
+_FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
+
+
+def scalar_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
+                  dtype: DataType) -> ir.Value:
+    """A binary scalar operator of ir/expr.py on two values of `dtype`."""
+    if op in ("<", "<=", "==", "!=", ">", ">="):
+        if dtype.is_float:
+            return b.fcmp_ordered(op, x, y)
+        return (b.icmp_signed if dtype.is_signed else b.icmp_unsigned)(op, x, y)
+    if dtype.is_float:
+        if op in _FLOAT_OPS:
+            return getattr(b, _FLOAT_OPS[op])(x, y)
+        if op in ("min", "max"):
+            name = "llvm.minimum" if op == "min" else "llvm.maximum"
+            return b.call(intrinsic(b, name, x.type, [x.type]), [x, y])
+        raise VMError(f"operator {op} on floats is not supported by the GPU backend yet")
+    if op in _INT_OPS:
+        return getattr(b, _INT_OPS[op])(x, y)
+    if op == ">>":
+        return b.ashr(x, y) if dtype.is_signed else b.lshr(x, y)
+    if op in ("min", "max"):
+        pick = b.icmp_signed("<" if op == "min" else ">", x, y) if dtype.is_signed else \
+            b.icmp_unsigned("<" if op == "min" else ">", x, y)
+        return b.select(pick, x, y)
+    if op in ("//", "%", "cdiv"):
+        return _floor_div_mod(b, op, x, y, dtype)
+    raise VMError(f"operator {op} is not supported by the GPU backend yet")
+
+
+def _floor_div_mod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
+                   dtype: DataType) -> ir.Value:
+    zero = ir.Constant(x.type, 0)
+    if op == "cdiv":  # ceil(x / y) = -floor(-x / y)
+        return b.neg(_floor_div_mod(b, "//", b.neg(x), y, dtype))
+    if not dtype.is_signed:
+        return b.udiv(x, y) if op == "//" else b.urem(x, y)
+    q, r = b.sdiv(x, y), b.srem(x, y)
+    # C truncates; Python floors: adjust when the remainder's sign differs from y's.
+    adjust = b.and_(b.icmp_signed("!=", r, zero),
+                    b.icmp_signed("!=", b.icmp_signed("<", r, zero),
+                                  b.icmp_signed("<", y, zero)))
+    if op == "//":
+        return b.sub(q, b.zext(adjust, x.type))
+    return b.select(adjust, b.add(r, y), r)
+
+
+_TILE_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "min": "min", "max": "max",
+                "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "mod": "%",
+                "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
+
+
+def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> ir.Value:
+    """One element of an `elementwise` instruction. f16/bf16 arithmetic is done in f32
+    and rounded once (what the interpreter specifies)."""
+    widen = dtype.is_float and dtype.bits == 16 and op not in ("neg", "abs")
+    if widen:
+        args = [b.fpext(a, ir.FloatType()) for a in args]
+        compute = F32
+    else:
+        compute = dtype
+    if len(args) == 2:
+        result = scalar_binary(b, _TILE_BINARY[op], args[0], args[1], compute)
+    else:
+        result = _tile_unary(b, op, args[0], compute)
+    if widen and op not in ("lt", "le", "eq", "ne", "gt", "ge"):
+        result = b.fptrunc(result, llvm_type(dtype))
+    return result
+
+
+def _tile_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: DataType) -> ir.Value:
+    if op == "neg":
+        return b.fneg(x) if dtype.is_float else b.neg(x)
+    if op == "not":
+        return b.not_(x)
+    if op == "abs":
+        if dtype.is_float:
+            return b.call(intrinsic(b, "llvm.fabs", x.type, [x.type]), [x])
+        return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+    names = {"exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
+             "sqrt": "llvm.sqrt"}
+    if op in names:
+        return b.call(intrinsic(b, names[op], x.type, [x.type]), [x])
+    if op == "rsqrt":
+        root = b.call(intrinsic(b, "llvm.sqrt", x.type, [x.type]), [x])
+        return b.fdiv(ir.Constant(x.type, 1.0), root)
+    raise VMError(f"elementwise {op} is not supported by the GPU backend yet")

@@ -1,0 +1,22 @@
+"""Lowering of block-level synchronization and layout hints: `sync`,
+`annotate_layout`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.ir import instructions as ins
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+
+def lower_sync(cg: KernelCodegen, inst: ins.Sync) -> None:
+    fn = cg.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
+        cg.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0")
+    cg.b.call(fn, [])
+
+def lower_annotate_layout(cg: KernelCodegen, inst: ins.AnnotateLayout) -> None:
+    pass  # consumed by layout inference

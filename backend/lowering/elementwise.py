@@ -1,0 +1,48 @@
+"""Lowering of register-tile computation: `full`, `assign`, `cast`, `elementwise`,
+`where`. Each is one operation per register, on values the operands hold in the same
+thread (`KernelCodegen.operand_values` maps broadcast operands)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilevm.ir import instructions as ins
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+from tilevm.backend.arith import convert_value, tile_op
+from tilevm.ir.types import Tensor
+
+
+def lower_full(cg: KernelCodegen, inst: ins.Full) -> None:
+    value = cg.expr(inst.value, inst.out.dtype)
+    cg.define(inst.out, [value] * cg.layout_of(inst.out).local_size)
+
+def lower_assign(cg: KernelCodegen, inst: ins.Assign) -> None:
+    if inst.dst.layout != inst.src.layout:
+        raise cg.fail("assign between tiles of different layouts is not supported yet")
+    for slot, value in zip(cg.tensors[inst.dst.name], cg.register_values(inst.src)):
+        cg.b.store(value, slot)
+
+def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
+    values = cg.operand_values(inst.src, inst.out)
+    cg.define(inst.out, [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype)
+                           for v in values])
+
+def lower_elementwise(cg: KernelCodegen, inst: ins.Elementwise) -> None:
+    dtype = next(a.dtype for a in inst.args if isinstance(a, Tensor))
+    operands = [cg.operand_values(a, inst.out) if isinstance(a, Tensor) else
+                [cg.expr(a, dtype)] * cg.layout_of(inst.out).local_size
+                for a in inst.args]
+    cg.define(inst.out, [tile_op(cg.b, inst.op, [o[i] for o in operands], dtype)
+                           for i in range(len(operands[0]))])
+
+def lower_where(cg: KernelCodegen, inst: ins.Where) -> None:
+    dtype = inst.out.dtype
+    cond = cg.operand_values(inst.cond, inst.out)
+    x = cg.operand_values(inst.x, inst.out) if isinstance(inst.x, Tensor) else \
+        [cg.expr(inst.x, dtype)] * len(cond)
+    y = cg.operand_values(inst.y, inst.out) if isinstance(inst.y, Tensor) else \
+        [cg.expr(inst.y, dtype)] * len(cond)
+    cg.define(inst.out, [cg.b.select(c, a, o) for c, a, o in zip(cond, x, y)])

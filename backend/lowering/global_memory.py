@@ -1,0 +1,163 @@
+"""Lowering of global memory: `global_view`, `load_global`, `store_global`.
+
+A view is its base pointer, offset, shape and strides as i64 values. Loads and stores
+are bounds-checked per element (ragged edges); groups of registers that hold
+consecutive elements of a unit-stride last dimension at provably aligned addresses are
+accessed as one vector of up to 16 bytes (`ld.global.v4`), with a scalar fallback taken
+only by a vector that straddles the edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.ir import instructions as ins
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+from tilevm.backend.arith import I1, I32, I64, build_vector, llvm_type, ty_bytes
+from tilevm.dtypes import DataType
+from tilevm.ir.expr import Const, Expr
+from tilevm.ir.types import Tensor
+
+
+@dataclass
+class GlobalViewValue:
+    base: ir.Value  # the pointer parameter
+    offset: ir.Value  # i64, in elements
+    shape: list[ir.Value]  # i64
+    strides: list[ir.Value]  # i64
+    dtype: DataType
+
+
+def lower_global_view(cg: KernelCodegen, inst: ins.GlobalView) -> None:
+    value = cg.tensors[inst.out.name] = GlobalViewValue(
+        base=cg.pointers[inst.ptr.name],
+        offset=cg.i64(inst.offset),
+        shape=[cg.i64(s) for s in inst.out.shape],
+        strides=[cg.i64(s) for s in inst.strides],
+        dtype=inst.out.dtype)
+    cg.view_exprs[id(value)] = (inst.strides, inst.offset)
+
+def _vector_width(cg: KernelCodegen, view: GlobalViewValue, view_expr: ins.GlobalView | None,
+                  tile: Tensor, offsets: tuple[Expr, ...]) -> int:
+    """The widest vector (in elements, at most 16 bytes) for accesses of `tile` through
+    `view`: consecutive registers at consecutive elements of a unit-stride last
+    dimension, at addresses provably aligned to the vector's size."""
+    layout = cg.layout_of(tile)
+    bytes_ = max(view.dtype.bits // 8, 1)
+    width = 16 // bytes_
+    strides, offset = cg.view_exprs[id(view)]
+    if not (isinstance(strides[-1], Const) and strides[-1].value == 1):
+        return 1
+    locals_ = cg.local_parts(layout)
+    while width > 1:
+        # Registers l..l+w-1 (l a multiple of w) are w consecutive last-dim elements,
+        # and every address the thread can start a vector at is a multiple of w.
+        runs = all(locals_[l + i][:-1] == locals_[l][:-1] and
+                   locals_[l + i][-1] == locals_[l][-1] + i and locals_[l][-1] % width == 0
+                   for l in range(0, layout.local_size, width) for i in range(width)) \
+            if layout.local_size % width == 0 else False
+        thread_ok = all(layout.global_index(t, 0)[-1] % width == 0
+                        for t in range(layout.num_threads))
+        aligned = all(cg.divisor(e) % width == 0 for e in (offset, offsets[-1],
+                                                             *strides[:-1]))
+        if runs and thread_ok and aligned:
+            return width
+        width //= 2
+    return 1
+
+def _element_addresses(cg: KernelCodegen, view: GlobalViewValue, tile: Tensor,
+                       offsets: tuple[Expr, ...], width: int
+                       ) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
+    """For each group of `width` registers: (every element in bounds, the first
+    element's index, and per element in-bounds predicates)."""
+    if view.dtype.bits < 8:
+        raise cg.fail("sub-byte global tensors are not supported by the GPU backend yet")
+    layout = cg.layout_of(tile)
+    base = [cg.b.add(t, cg.i64(o)) for t, o in zip(cg.thread_part(layout), offsets)]
+    groups = []
+    locals_ = cg.local_parts(layout)
+    for start in range(0, layout.local_size, width):
+        preds, index = [], view.offset
+        for i in range(width):
+            inside = ir.Constant(I1, 1)
+            for d, c in enumerate(locals_[start + i]):
+                coord = cg.b.add(base[d], ir.Constant(I64, c))
+                ok = cg.b.and_(cg.b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
+                                 cg.b.icmp_signed("<", coord, view.shape[d]))
+                inside = cg.b.and_(inside, ok)
+                if i == 0:
+                    index = cg.b.add(index, cg.b.mul(coord, view.strides[d]))
+            preds.append(inside)
+        whole = preds[0]
+        for p in preds[1:]:
+            whole = cg.b.and_(whole, p)
+        groups.append((whole, index, preds))
+    return groups
+
+def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
+    view = cg.tensors[inst.src.name]
+    ty = llvm_type(inst.out.dtype)
+    other = cg.constant(inst.other, inst.out.dtype)
+    width = _vector_width(cg, view, None, inst.out, inst.offsets)
+    vec_ty = ir.VectorType(ty, width)
+    values: list[ir.Value] = []
+    for whole, index, preds in _element_addresses(cg, view, inst.out, inst.offsets, width):
+        # The fast path: the whole vector is inside the view (one ld.global.vN).
+        # A vector straddling a ragged edge loads element by element.
+        with cg.b.if_else(whole) as (then, otherwise):
+            with then:
+                ptr = cg.b.gep(view.base, [index], source_etype=ty)
+                if width > 1:
+                    vec = cg.b.load(ptr, typ=vec_ty, align=width * max(ty_bytes(ty), 1))
+                else:
+                    vec = cg.b.load(ptr, typ=ty)
+                fast = cg.b.block
+            with otherwise:
+                parts = []
+                for i, inside in enumerate(preds):
+                    safe = cg.b.select(inside, cg.b.add(index, ir.Constant(I64, i)),
+                                         view.offset)
+                    loaded = cg.b.load(cg.b.gep(view.base, [safe], source_etype=ty),
+                                         typ=ty)
+                    # Predicated: the address is clamped, the value replaced.
+                    parts.append(cg.b.select(inside, loaded, other))
+                slow_vec = parts[0] if width == 1 else build_vector(cg.b, parts, vec_ty)
+                slow = cg.b.block
+        phi = cg.b.phi(vec_ty if width > 1 else ty)
+        phi.add_incoming(vec, fast)
+        phi.add_incoming(slow_vec, slow)
+        if width == 1:
+            values.append(phi)
+        else:
+            values += [cg.b.extract_element(phi, ir.Constant(I32, i)) for i in range(width)]
+    cg.define(inst.out, values)
+
+def lower_store_global(cg: KernelCodegen, inst: ins.StoreGlobal) -> None:
+    view = cg.tensors[inst.dst.name]
+    ty = llvm_type(view.dtype)
+    if inst.src.dtype != view.dtype:
+        raise cg.fail("store_global of a tile of another dtype; cast it first")
+    values = cg.register_values(inst.src)
+    width = _vector_width(cg, view, None, inst.src, inst.offsets)
+    groups = _element_addresses(cg, view, inst.src, inst.offsets, width)
+    for g, (whole, index, preds) in enumerate(groups):
+        chunk = values[g * width:(g + 1) * width]
+        with cg.b.if_else(whole) as (then, otherwise):
+            with then:
+                ptr = cg.b.gep(view.base, [index], source_etype=ty)
+                if width > 1:
+                    vec = build_vector(cg.b, chunk, ir.VectorType(ty, width))
+                    cg.b.store(vec, ptr, align=width * max(ty_bytes(ty), 1))
+                else:
+                    cg.b.store(chunk[0], ptr)
+            with otherwise:
+                for i, (inside, value) in enumerate(zip(preds, chunk)):
+                    with cg.b.if_then(inside):
+                        elem = cg.b.add(index, ir.Constant(I64, i))
+                        cg.b.store(value, cg.b.gep(view.base, [elem], source_etype=ty))
