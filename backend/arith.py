@@ -66,14 +66,17 @@ def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType
     return b.sext(value, dst_ty) if src.is_signed else b.zext(value, dst_ty)
 
 
-def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type],
+              params: list[ir.Type] | None = None) -> ir.Function:
+    """The overloaded intrinsic `name.<suffix of args>`; `params` are its parameter types
+    when they are not `args` (e.g. `llvm.maximum.f32` takes two floats)."""
     module = b.module
     suffix = ".".join(_type_suffix(t) for t in ([ret] if name.endswith("sat") else [])
                       + args)
     full = f"{name}.{suffix}"
     fn = module.globals.get(full)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), full)
+        fn = ir.Function(module, ir.FunctionType(ret, args if params is None else params), full)
     return fn
 
 
@@ -100,7 +103,7 @@ def scalar_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
             return getattr(b, _FLOAT_OPS[op])(x, y)
         if op in ("min", "max"):
             name = "llvm.minimum" if op == "min" else "llvm.maximum"
-            return b.call(intrinsic(b, name, x.type, [x.type]), [x, y])
+            return b.call(intrinsic(b, name, x.type, [x.type], [x.type, x.type]), [x, y])
         raise VMError(f"operator {op} on floats is not supported by the GPU backend yet")
     if op in _INT_OPS:
         return getattr(b, _INT_OPS[op])(x, y)
@@ -164,6 +167,8 @@ def _tile_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: DataType) -> ir.Va
         if dtype.is_float:
             return b.call(intrinsic(b, "llvm.fabs", x.type, [x.type]), [x])
         return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+    if str(x.type) == "float" and op in ("exp", "log", "log2"):
+        return _approx_f32(b, op, x)  # NVPTX has no lowering of llvm.exp/log/log2.f32
     names = {"exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
              "sqrt": "llvm.sqrt"}
     if op in names:
@@ -172,3 +177,27 @@ def _tile_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: DataType) -> ir.Va
         root = b.call(intrinsic(b, "llvm.sqrt", x.type, [x.type]), [x])
         return b.fdiv(ir.Constant(x.type, 1.0), root)
     raise VMError(f"elementwise {op} is not supported by the GPU backend yet")
+
+
+_LOG2E_HI, _LOG2E_LO = 1.44269502162933349609375, 1.925963033500011e-08  # f32 hi + lo
+_LN2 = 0.693147182464599609375  # ln 2 rounded to f32
+
+
+def _approx_f32(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
+    """exp, log, log2 of an f32 through PTX `ex2.approx.f32` / `lg2.approx.f32` (relative
+    error about 2^-22). exp(x) = 2^t * 2^e with t = x*log2(e) rounded and e its rounding
+    error (an fma and the low part of log2(e)); 2^e ~ 1 + e*ln2 is one more fma. Where e is
+    not finite (x = +-inf or NaN), 2^t is the answer (0, inf or NaN)."""
+    f32 = x.type
+    if op in ("log", "log2"):
+        fn = b.module.globals.get("llvm.nvvm.lg2.approx.f") or ir.Function(
+            b.module, ir.FunctionType(f32, [f32]), "llvm.nvvm.lg2.approx.f")
+        value = b.call(fn, [x])
+        return b.fmul(value, ir.Constant(f32, _LN2)) if op == "log" else value
+    fma = intrinsic(b, "llvm.fma", f32, [f32], [f32, f32, f32])
+    t = b.fmul(x, ir.Constant(f32, _LOG2E_HI))
+    e = b.call(fma, [x, ir.Constant(f32, _LOG2E_HI), b.fneg(t)])
+    e = b.fadd(e, b.fmul(x, ir.Constant(f32, _LOG2E_LO)))
+    p = b.call(intrinsic(b, "llvm.exp2", f32, [f32]), [t])
+    refined = b.call(fma, [p, b.fmul(e, ir.Constant(f32, _LN2)), p])
+    return b.select(b.fcmp_ordered("ord", e, e), refined, p)

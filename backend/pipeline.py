@@ -1,6 +1,6 @@
 """The compiler pipeline: the passes, in order, and `compile_program`.
 
-    verify -> infer_layouts -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
+    verify -> infer_layouts -> plan_shared_memory -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
 
 Each pass is one module of backend/passes/ whose docstring says what it expects and
 guarantees; `vmc compile --dump-after NAME` prints the IR after any of them.
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 from tilevm.backend import codegen, target
 from tilevm.backend.passes.infer_layouts import infer_layouts
+from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_plan
 from tilevm.backend.passes.verify import verify
 from tilevm.ir.stmt import Program
 
 PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
     ("verify", verify),
     ("infer_layouts", infer_layouts),
+    ("plan_shared_memory", plan_shared_memory),
 )
 PASS_NAMES = tuple(name for name, _ in PASSES)
 
@@ -52,4 +54,5 @@ def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> Comp
     lowered = run_passes(program)
     llvm_ir = str(codegen.generate(lowered))
     ptx = target.emit_ptx(llvm_ir, arch, opt)
-    return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads, 0)
+    return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads,
+                          shared_plan(lowered).total_bytes)

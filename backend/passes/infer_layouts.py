@@ -4,28 +4,49 @@ Expects: a verified program. Guarantees: every register tensor (definition and u
 a layout spread over exactly the block's threads; layouts the user gave (in a type or
 by `annotate_layout`) are kept.
 
-Rules, in program order (one pass suffices: a tensor's layout depends only on earlier
-ones): an annotation wins; `cast`, `elementwise` and `where` take the layout of their
-first operand of the same shape; `reduce` takes its source's layout reduced over the
-dimension (its spatial modes become replication); anything else (loads, `full`, `dot`)
+First, backward: the operands a, b, c of a `dot` whose shapes and dtype fit a
+tensor-core instruction (`MMA_INSTRUCTIONS`) ask for the mma fragment tilings of
+`dot_layouts` (a tensor feeding several `dot`s gets the request of the first, in program
+order). A request passes back through `cast`, `elementwise` and `where` to their
+operands of the same shape, and through `assign` between its two tensors (so the tile a
+loop carries as c, and its initial `full`, get the C tiling). Tensors whose layout the
+user gave (type or annotation) are not asked.
+
+Then forward, in program order (one pass suffices: a tensor's layout depends only on
+earlier ones): an annotation wins; a tensor produced by a load, `full`, `cast`,
+`elementwise` or `where` takes the layout its consumers asked for, if any; otherwise
+`cast`, `elementwise` and `where` take the layout of their first operand of the same
+shape; `reduce` takes its source's layout reduced over the dimension (its spatial modes
+become replication); `dot` takes its accumulator's layout; anything else (loads, `full`)
 gets `default_layout`, which gives each thread 16-byte vectors along the last dimension
 when the shape allows, so loads and stores can be vectorized.
 
-Not yet: backward propagation (choosing a load's layout from its consumers, e.g. the
-mma fragments of a `dot`) and inserting layout conversions; tensors whose producers
-disagree are reported by codegen.
+Not yet: inserting layout conversions. A `dot` operand whose layout is fixed otherwise
+(an annotation, a `reduce`, another `dot`'s tiling) is reported by the `dot` lowering
+("layout conversion not supported yet"), as are other tensors whose producers disagree.
 """
 
 from __future__ import annotations
 
 import math
 
-from tilevm.dtypes import DataType
+from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import instructions, map_tensors
 from tilevm.ir.types import MemorySpace, Tensor
-from tilevm.layouts import RegisterLayout, local, replicated
+from tilevm.layouts import (
+    RegisterLayout,
+    local,
+    mma_m16n8k16_a,
+    mma_m16n8k16_b,
+    mma_m16n8k16_c,
+    mma_m16n8k32_a,
+    mma_m16n8k32_b,
+    mma_m16n8k32_c,
+    replicated,
+    spatial,
+)
 
 _VECTOR_BYTES = 16
 
@@ -55,12 +76,17 @@ def default_layout(shape: tuple[int, ...], dtype: DataType, num_threads: int) ->
 
 def infer_layouts(program: Program) -> Program:
     chosen: dict[str, RegisterLayout] = {}
-    for inst in instructions(program.body):
+    insts = instructions(program.body)
+    for inst in insts:
         if isinstance(inst, ins.AnnotateLayout) and inst.tensor.space is MemorySpace.REGISTER:
             chosen.setdefault(inst.tensor.name, inst.layout)
-    for inst in instructions(program.body):
+    wanted = _requests(insts, chosen, program.num_threads)
+    for inst in insts:
         out = inst.output
         if out is None or out.space is not MemorySpace.REGISTER or out.name in chosen:
+            continue
+        if out.layout is None and out.name in wanted and isinstance(inst, _FLEXIBLE):
+            chosen[out.name] = wanted[out.name]
             continue
         chosen[out.name] = out.layout or _rule(inst, out, chosen, program.num_threads)
 
@@ -81,6 +107,107 @@ def _rule(inst: ins.Instruction, out: Tensor, chosen: dict[str, RegisterLayout],
                 return chosen[t.name]
     if isinstance(inst, ins.Reduce) and inst.src.name in chosen:
         return chosen[inst.src.name].reduce(inst.dim, keepdims=inst.keepdim)
+    if isinstance(inst, ins.Dot) and inst.c.name in chosen:
+        return chosen[inst.c.name]  # out has c's type
     return default_layout(shape, out.dtype, num_threads)
+
+
+# ---- dot on tensor cores: the fragment tilings and the backward requests -------------------
+
+_MMA_K16 = ((16, 8, 16), mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c)
+_MMA_K32 = ((16, 8, 32), mma_m16n8k32_a, mma_m16n8k32_b, mma_m16n8k32_c)
+
+#: The tensor-core instruction of `dot` per input dtype: its (m, n, k) shape and the
+#: functions building its A, B, C fragment layouts (layouts/fragments.py).
+MMA_INSTRUCTIONS = {parse("f16"): _MMA_K16, parse("bf16"): _MMA_K16,
+                    parse("int8"): _MMA_K32, parse("uint8"): _MMA_K32}
+
+#: Producers that take the layout their consumers ask for (else they have a rule).
+_FLEXIBLE = (ins.LoadGlobal, ins.LoadShared, ins.Full, ins.Cast, ins.Elementwise, ins.Where)
+
+
+def mma_warp_grid(m_tiles: int, n_tiles: int, num_warps: int) -> tuple[int, int]:
+    """(wm, wn): the warps of a block arranged over a grid of `m_tiles x n_tiles` mma
+    tiles, wm | m_tiles and wn | n_tiles. As many warps as possible work (the rest hold
+    copies); among those grids, the one whose warps read the fewest A rows plus B columns
+    (16 * m_tiles / wm + 8 * n_tiles / wn), then the one with more warps along m."""
+    best: tuple[tuple[int, int, int], tuple[int, int]] | None = None
+    for wm in range(1, num_warps + 1):
+        for wn in range(1, num_warps // wm + 1):
+            if num_warps % (wm * wn) or m_tiles % wm or n_tiles % wn:
+                continue
+            key = (-wm * wn, 16 * m_tiles // wm + 8 * n_tiles // wn, -wm)
+            if best is None or key < best[0]:
+                best = (key, (wm, wn))
+    assert best is not None  # (1, 1) always qualifies
+    return best[1]
+
+
+def dot_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
+                ) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout] | None:
+    """The register layouts (a, b, c) that `dot` on tensor cores reads, or None when the
+    dtype has no mma instruction, a dim is not a multiple of its shape or the block is
+    not whole warps.
+
+    The block's warps form a `wm x wn` grid (`mma_warp_grid`) over c, warp index
+    `w = wm_idx * wn + wn_idx` (the major thread digits; lanes are the minor ones); each
+    warp owns a contiguous `(rm * 16) x (rn * 8)` block of c, `rm x rn` C fragments:
+
+        c = spatial(wm, wn) * local(rm, rn) * C
+        a = spatial(wm, 1).replicated(wn) * local(rm, k / 16) * A
+        b = replicated(wm, ndim=2).spatial(1, wn) * local(k / 16, rn) * B
+
+    a is replicated over the warps of one row of the grid (they share its rows), b over
+    those of one column. With fewer fragments than warps, the spare warps are a major
+    replication digit (they compute copies). For int8 read k / 32 and m16n8k32.
+    """
+    entry = MMA_INSTRUCTIONS.get(dtype)
+    if entry is None or num_threads % 32:
+        return None
+    (fm, fn, fk), frag_a, frag_b, frag_c = entry
+    if m % fm or n % fn or k % fk:
+        return None
+    mt, nt, kt = m // fm, n // fn, k // fk
+    wm, wn = mma_warp_grid(mt, nt, num_threads // 32)
+    spare = replicated(num_threads // 32 // (wm * wn), ndim=2)
+    rm, rn = mt // wm, nt // wn
+    c = spare * spatial(wm, wn) * local(rm, rn) * frag_c()
+    a = spare * spatial(wm, 1) * replicated(wn, ndim=2) * local(rm, kt) * frag_a()
+    b = spare * replicated(wm, ndim=2) * spatial(1, wn) * local(kt, rn) * frag_b()
+    return a, b, c
+
+
+def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
+              num_threads: int) -> dict[str, RegisterLayout]:
+    """The layout each tensor's first consumer that needs one asks for (see the module
+    docstring). Tensors with a layout already (type or annotation) are not asked."""
+    wanted: dict[str, RegisterLayout] = {}
+    producers = {i.output.name: i for i in insts if i.output is not None}
+
+    def want(t: Tensor, layout: RegisterLayout) -> None:
+        if t.space is not MemorySpace.REGISTER or t.layout is not None or t.name in fixed \
+                or t.name in wanted:
+            return
+        wanted[t.name] = layout
+        producer = producers.get(t.name)
+        if isinstance(producer, (ins.Cast, ins.Elementwise, ins.Where)):
+            for src in producer.input_tensors():
+                if src.type.shape == t.type.shape:
+                    want(src, layout)
+
+    for inst in insts:
+        if isinstance(inst, ins.Dot):
+            (m, k), n = inst.a.type.static_shape, inst.b.type.static_shape[1]
+            layouts = dot_layouts(m, n, k, inst.a.dtype, num_threads)
+            if layouts is not None:
+                for t, layout in zip((inst.a, inst.b, inst.c), layouts):
+                    want(t, layout)
+    for _ in range(2):  # an assign's tensors share one layout, either side asking
+        for inst in insts:
+            if isinstance(inst, ins.Assign):
+                for x, y in ((inst.dst, inst.src), (inst.src, inst.dst)):
+                    if x.name in wanted:
+                        want(y, wanted[x.name])
+    return wanted
 
 

@@ -1,0 +1,157 @@
+"""Lowering of `dot` to tensor cores: `mma.sync.aligned.m16n8k16` (f16, bf16) and
+`m16n8k32` (int8, uint8), f32 (or s32) accumulation, as inline PTX.
+
+Which registers feed which instruction is computed at compile time from the layouts:
+`divide(layout, fragment)` writes each operand as `X * F`, F the instruction's fragment
+over a warp's 32 lanes, X the arrangement of fragments over the warps. Thread
+`32 * w + lane` holds, at local index `x * F.local_size + i`, register `i` of the
+fragment at mma-tile coordinate `X.global_index(w, x)`. For each C fragment `(i, j)` a
+warp holds, the warp needs the A fragments `(i, kk)` and the B fragments `(kk, j)` for
+every `kk`; the local indices of those must be the same in every warp (registers are
+indexed at compile time), else the layouts are reported as needing a conversion.
+
+A and B registers are packed into 32-bit registers as the PTX ISA wants them (2 x 16-bit
+or 4 x 8-bit, the lower-numbered element in the low bits); C is 4 f32 (s32) registers.
+An f16 accumulator is widened to f32 before and rounded once after (the interpreter's
+semantics: f32 sums, one rounding).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.backend.arith import I32, convert_value, llvm_type
+from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, dot_layouts
+from tilevm.dtypes import DataType, parse
+from tilevm.ir import instructions as ins
+from tilevm.layouts import LayoutError, RegisterLayout, divide
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+_F32, _I32 = parse("f32"), parse("int32")
+_PTX_TYPE = {"f16": "f16", "bf16": "bf16", "int8": "s8", "uint8": "u8"}
+
+
+def _split(cg: KernelCodegen, inst: ins.Dot, name: str, layout: RegisterLayout,
+           fragment: RegisterLayout, wanted: RegisterLayout | None) -> RegisterLayout:
+    """X with `layout == X * fragment`, or a clear error."""
+    try:
+        return divide(layout, fragment)
+    except LayoutError:
+        hint = f"; the tensor-core tiling is {wanted}" if wanted is not None else ""
+        raise cg.fail(f"dot: {name} has layout {layout}, which is not made of mma "
+                      f"fragments {fragment}{hint}; layout conversion not supported yet"
+                      ) from None
+
+
+def _plan(cg: KernelCodegen, xa: RegisterLayout, xb: RegisterLayout, xc: RegisterLayout,
+          k_tiles: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """For each C fragment (its local index in X_c), the (A, B) fragment local indices
+    of every k step; the same in every warp."""
+    tables = {name: x.table() for name, x in (("a", xa), ("b", xb), ("c", xc))}
+    plan: list[tuple[int, list[tuple[int, int]]]] | None = None
+    for w in range(xc.num_threads):
+        where = {name: {tuple(int(v) for v in coord): l for l, coord in
+                        enumerate(tables[name][w])} for name in ("a", "b")}
+        mine = []
+        for f, (i, j) in enumerate(tables["c"][w].tolist()):
+            steps = []
+            for kk in range(k_tiles):
+                la, lb = where["a"].get((i, kk)), where["b"].get((kk, j))
+                if la is None or lb is None:
+                    what = f"a's fragment ({i}, {kk})" if la is None else \
+                        f"b's fragment ({kk}, {j})"
+                    raise cg.fail(f"dot: warp {w} holds c's mma fragment ({i}, {j}) but not "
+                                  f"{what}; layout conversion not supported yet")
+                steps.append((la, lb))
+            mine.append((f, steps))
+        if plan is not None and mine != plan:
+            raise cg.fail(f"dot: warp {w} holds its mma fragments in other registers than "
+                          "warp 0; layout conversion not supported yet")
+        plan = mine
+    assert plan is not None
+    return plan
+
+
+def _pack(cg: KernelCodegen, values: list[ir.Value], dtype: DataType) -> list[ir.Value]:
+    """Elements -> 32-bit registers, `32 / bits` each, the first in the low bits."""
+    per = 32 // dtype.bits
+    vec_ty = ir.VectorType(llvm_type(dtype), per)
+    regs = []
+    for start in range(0, len(values), per):
+        vec = ir.Constant(vec_ty, ir.Undefined)
+        for i, v in enumerate(values[start:start + per]):
+            vec = cg.b.insert_element(vec, v, ir.Constant(I32, i))
+        regs.append(cg.b.bitcast(vec, I32))
+    return regs
+
+
+def _mma_asm(shape: tuple[int, int, int], dtype: DataType, n_a: int, n_b: int,
+             integer: bool) -> ir.InlineAsm:
+    m, n, k = shape
+    acc, acc_ty = ("s32", I32) if integer else ("f32", ir.FloatType())
+    src = _PTX_TYPE[dtype.name]
+    regs = iter(f"${i}" for i in range(4 + n_a + n_b + 4))
+    groups = [", ".join(next(regs) for _ in range(count)) for count in (4, n_a, n_b, 4)]
+    text = (f"mma.sync.aligned.m{m}n{n}k{k}.row.col.{acc}.{src}.{src}.{acc} "
+            + ", ".join(f"{{{g}}}" for g in groups) + ";")
+    c = "r" if integer else "f"
+    constraints = ",".join([f"={c}"] * 4 + ["r"] * (n_a + n_b) + [c] * 4)
+    fn_ty = ir.FunctionType(ir.LiteralStructType([acc_ty] * 4),
+                            [I32] * (n_a + n_b) + [acc_ty] * 4)
+    return ir.InlineAsm(fn_ty, text, constraints, side_effect=False)
+
+
+def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
+    a, b, c, out = inst.a, inst.b, inst.c, inst.out
+    dtype = a.dtype
+    entry = MMA_INSTRUCTIONS.get(dtype)
+    if entry is None:
+        names = ", ".join(sorted(str(t) for t in MMA_INSTRUCTIONS))
+        raise cg.fail(f"dot on {dtype} inputs is not supported by the GPU backend yet "
+                      f"(tensor cores: {names})")
+    (fm, fn, fk), frag_a, frag_b, frag_c = entry
+    (m, k), n = a.type.static_shape, b.type.static_shape[1]
+    if m % fm or n % fn or k % fk:
+        raise cg.fail(f"dot on tensor cores (mma.m{fm}n{fn}k{fk}) needs M a multiple of {fm}, "
+                      f"N of {fn} and K of {fk}; got M={m}, N={n}, K={k}")
+    if cg.program.num_threads % 32:
+        raise cg.fail("dot on tensor cores needs whole warps (a multiple of 32 threads)")
+    la, lb, lc = cg.layout_of(a), cg.layout_of(b), cg.layout_of(c)
+    if cg.layout_of(out) != lc:
+        raise cg.fail(f"dot: out has layout {cg.layout_of(out)} but c has {lc}; layout "
+                      "conversion not supported yet")
+    wanted = dot_layouts(m, n, k, dtype, cg.program.num_threads) or (None, None, None)
+    fa, fb, fc = frag_a(), frag_b(), frag_c()
+    xa = _split(cg, inst, f"a %{a.name}", la, fa, wanted[0])
+    xb = _split(cg, inst, f"b %{b.name}", lb, fb, wanted[1])
+    xc = _split(cg, inst, f"c %{c.name}", lc, fc, wanted[2])
+    plan = _plan(cg, xa, xb, xc, k // fk)
+
+    integer = not dtype.is_float
+    acc_dtype = _I32 if integer else _F32
+    a_vals, b_vals = cg.register_values(a), cg.register_values(b)
+    a_regs: dict[int, list[ir.Value]] = {}
+    b_regs: dict[int, list[ir.Value]] = {}
+    n_a = fa.local_size * dtype.bits // 32
+    n_b = fb.local_size * dtype.bits // 32
+    mma = _mma_asm((fm, fn, fk), dtype, n_a, n_b, integer)
+    c_vals = [convert_value(cg.b, v, c.dtype, acc_dtype) for v in cg.register_values(c)]
+    result: list[ir.Value] = list(c_vals)
+    nc = fc.local_size
+    for f, steps in plan:
+        d = c_vals[f * nc:(f + 1) * nc]
+        for xa_l, xb_l in steps:
+            if xa_l not in a_regs:
+                a_regs[xa_l] = _pack(cg, a_vals[xa_l * fa.local_size:
+                                                (xa_l + 1) * fa.local_size], dtype)
+            if xb_l not in b_regs:
+                b_regs[xb_l] = _pack(cg, b_vals[xb_l * fb.local_size:
+                                                (xb_l + 1) * fb.local_size], dtype)
+            res = cg.b.call(mma, [*a_regs[xa_l], *b_regs[xb_l], *d])
+            d = [cg.b.extract_value(res, i) for i in range(nc)]
+        result[f * nc:(f + 1) * nc] = d
+    cg.define(out, [convert_value(cg.b, v, acc_dtype, out.dtype) for v in result])

@@ -1,0 +1,316 @@
+"""Lowering of shared memory: `alloc_shared`, `free_shared`, `load_shared`,
+`store_shared`, `copy_async`, `copy_async_commit`, `copy_async_wait`.
+
+The block's shared tensors live in one dynamic shared-memory buffer, the external
+`addrspace(3)` array `tilevm_smem` (`extern __shared__`, declared once per module,
+aligned to the plan's largest alignment); `shared_plan` (pass `plan_shared_memory`)
+gives each tensor its byte offset. `alloc_shared` and `free_shared` emit nothing.
+
+Addresses are 32-bit byte offsets into the buffer. Element `c` of a tensor at `offset`
+with layout `L` is at `swizzle(offset + bytes * sum(c[d] * L.strides[d]))`, the XOR
+emitted as integer ops on the runtime offset, `a ^ (((a >> (base + shift)) & mask) <<
+base)` (the same as `offset + L.offset_bytes(c)`: offsets are multiples of the swizzle
+period). Only elements of whole bytes are supported for now.
+
+`load_shared` / `store_shared`: each register element at `offsets + coord`; a run of `w`
+consecutive registers that are consecutive elements of a unit-stride dimension, at a
+provably `w`-aligned coordinate (thread part, offsets, local part, other strides), and
+not split by the swizzle's unit, is one vector access of up to 16 bytes
+(`ld.shared.v4.b32`).
+
+`copy_async`: the tile is cut into chunks of `C` consecutive elements of the last
+dimension (16 bytes when alignment is provable in shared and global memory, else 8 or
+4), distributed round-robin over the block's threads (chunk `tid + k * threads`). A
+16-byte chunk is `cp.async.cg.shared.global [dst], [src], 16, src_bytes`, 8/4-byte
+chunks `cp.async.ca` (NVVM intrinsics `llvm.nvvm.cp.async.{cg,ca}.shared.global.N.s`);
+`src_bytes` is 0 for a chunk outside the global tensor (zero fill) and the number of
+bytes inside at a ragged edge of the last dimension. When no chunk of 4+ bytes can be
+proven aligned, each thread copies elements with plain loads and stores (done at once).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.backend.arith import I8, I32, I64, build_vector, convert_value, llvm_type
+from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
+from tilevm.ir import instructions as ins
+from tilevm.ir.expr import Const, Expr
+from tilevm.ir.types import Tensor
+from tilevm.layouts import RegisterLayout
+from tilevm.layouts.shared_layout import SharedLayout
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+SMEM_NAME = "tilevm_smem"
+SMEM_PTR = ir.PointerType(addrspace=3)
+GLOBAL_PTR = ir.PointerType(addrspace=1)
+_VECTOR_BYTES = 16
+
+
+# ---- the buffer and the plan ----------------------------------------------------------------
+
+def _plan(cg: KernelCodegen) -> SharedPlan:
+    plan = getattr(cg, "_shared_plan", None)
+    if plan is None:
+        plan = shared_plan(cg.program)
+        cg._shared_plan = plan  # type: ignore[attr-defined]  (memoized per kernel)
+    return plan
+
+
+def shared_base(cg: KernelCodegen) -> ir.GlobalVariable:
+    """The dynamic shared-memory buffer (declared on first use)."""
+    gv = cg.module.globals.get(SMEM_NAME)
+    if gv is None:
+        gv = ir.GlobalVariable(cg.module, ir.ArrayType(I8, 0), SMEM_NAME, addrspace=3)
+        gv.type = SMEM_PTR  # an opaque pointer, like every other pointer of the module
+        gv.linkage = "external"
+        gv.align = _plan(cg).base_align
+    return gv
+
+
+def _allocation(cg: KernelCodegen, tensor: Tensor) -> tuple[Allocation, SharedLayout]:
+    alloc = _plan(cg).allocations.get(tensor.name)
+    layout = tensor.layout
+    if alloc is None or not isinstance(layout, SharedLayout):
+        raise cg.fail(f"shared tensor %{tensor.name} has no planned offset and layout (run "
+                      "plan_shared_memory)")
+    if layout.element_bits % 8:
+        raise cg.fail(f"shared tensors of {layout.element_bits}-bit elements "
+                      f"(%{tensor.name}: {tensor.dtype}) are not supported by the GPU backend "
+                      "yet")
+    return alloc, layout
+
+
+def _i32(value: int) -> ir.Constant:
+    return ir.Constant(I32, value)
+
+
+def _swizzled_ptr(cg: KernelCodegen, layout: SharedLayout, byte: ir.Value) -> ir.Value:
+    """The shared pointer of buffer byte offset `byte` (i32), swizzled by `layout`."""
+    b, sw = cg.b, layout.swizzle
+    if sw is not None:
+        field = b.and_(b.lshr(byte, _i32(sw.base + sw.shift)), _i32(sw.mask))
+        byte = b.xor(byte, b.shl(field, _i32(sw.base)))
+    return b.gep(shared_base(cg), [byte], source_etype=I8)
+
+
+def _to_i32(cg: KernelCodegen, value: ir.Value) -> ir.Value:
+    return cg.b.trunc(value, I32) if value.type != I32 else value
+
+
+# ---- alloc / free -----------------------------------------------------------------------------
+
+def lower_alloc_shared(cg: KernelCodegen, inst: ins.AllocShared) -> None:
+    _allocation(cg, inst.out)  # the plan placed it; nothing happens at run time
+
+
+def lower_free_shared(cg: KernelCodegen, inst: ins.FreeShared) -> None:
+    pass  # the plan reuses the bytes
+
+
+# ---- register <-> shared ----------------------------------------------------------------------
+
+def _vector_width(cg: KernelCodegen, layout: SharedLayout, reg: RegisterLayout,
+                  offsets: tuple[Expr, ...]) -> int:
+    """The widest `w` such that every group of `w` registers is one aligned vector in
+    shared memory (see the module docstring)."""
+    elem = layout.element_bits // 8
+    limit = _VECTOR_BYTES // elem
+    if layout.swizzle is not None:
+        limit = min(limit, layout.swizzle.unit_bytes // elem)
+    locals_ = cg.local_parts(reg)
+    threads = [reg.global_index(t, 0) for t in range(reg.num_threads)]
+    width = 1 << (max(limit, 1).bit_length() - 1)
+    while width > 1:
+        for d in range(layout.rank):
+            if layout.strides[d] != 1 or reg.local_size % width:
+                continue
+            unit = tuple(int(i == d) for i in range(layout.rank))
+            runs = all(locals_[l + i] == tuple(c + i * u for c, u in zip(locals_[l], unit))
+                       and locals_[l][d] % width == 0
+                       for l in range(0, reg.local_size, width) for i in range(width))
+            aligned = (all(t[d] % width == 0 for t in threads)
+                       and cg.divisor(offsets[d]) % width == 0
+                       and all(s % width == 0 for k, s in enumerate(layout.strides) if k != d))
+            if runs and aligned:
+                return width
+        width //= 2
+    return 1
+
+
+def _register_access(cg: KernelCodegen, shared: Tensor, tile: Tensor,
+                     offsets: tuple[Expr, ...]) -> tuple[SharedLayout, int, list[ir.Value]]:
+    """(layout, vector width, the shared pointer of each group of `width` registers)."""
+    alloc, layout = _allocation(cg, shared)
+    reg = cg.layout_of(tile)
+    width = _vector_width(cg, layout, reg, offsets)
+    elem = layout.element_bits // 8
+    b = cg.b
+    # The runtime part of the byte offset, once: offset + elem * sum((thread + off) * stride)
+    base = _i32(alloc.offset)
+    for t, o, s in zip(cg.thread_part(reg), offsets, layout.strides):
+        if s:
+            coord = b.add(_to_i32(cg, t), _to_i32(cg, cg.i64(o)))
+            base = b.add(base, b.mul(coord, _i32(s * elem)))
+    ptrs = []
+    for coord in cg.local_parts(reg)[::width]:
+        const = elem * sum(c * s for c, s in zip(coord, layout.strides))
+        ptrs.append(_swizzled_ptr(cg, layout, b.add(base, _i32(const))))
+    return layout, width, ptrs
+
+
+def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
+    layout, width, ptrs = _register_access(cg, inst.src, inst.out, inst.offsets)
+    ty = llvm_type(inst.src.dtype)
+    elem = layout.element_bits // 8
+    values: list[ir.Value] = []
+    for ptr in ptrs:
+        if width > 1:
+            vec = cg.b.load(ptr, typ=ir.VectorType(ty, width), align=width * elem)
+            values += [cg.b.extract_element(vec, _i32(i)) for i in range(width)]
+        else:
+            values.append(cg.b.load(ptr, typ=ty, align=elem))
+    if inst.out.dtype != inst.src.dtype:
+        values = [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype) for v in values]
+    cg.define(inst.out, values)
+
+
+def lower_store_shared(cg: KernelCodegen, inst: ins.StoreShared) -> None:
+    layout, width, ptrs = _register_access(cg, inst.dst, inst.src, inst.offsets)
+    ty = llvm_type(inst.dst.dtype)
+    elem = layout.element_bits // 8
+    values = cg.register_values(inst.src)
+    if inst.src.dtype != inst.dst.dtype:
+        values = [convert_value(cg.b, v, inst.src.dtype, inst.dst.dtype) for v in values]
+    for g, ptr in enumerate(ptrs):
+        chunk = values[g * width:(g + 1) * width]
+        if width > 1:
+            vec = build_vector(cg.b, chunk, ir.VectorType(ty, width))
+            cg.b.store(vec, ptr, align=width * elem)
+        else:
+            cg.b.store(chunk[0], ptr, align=elem)
+
+
+# ---- global -> shared -------------------------------------------------------------------------
+
+def _chunk_elements(cg: KernelCodegen, layout: SharedLayout, strides: tuple[Expr, ...],
+                    view_offset: Expr, offsets: tuple[Expr, ...]) -> int:
+    """Elements per `cp.async` chunk (16, 8 or 4 bytes), or 0 when none is provable."""
+    elem = layout.element_bits // 8
+    last = layout.rank - 1
+    if not (isinstance(strides[-1], Const) and strides[-1].value == 1):
+        return 0
+    if layout.strides[last] != 1 and layout.shape[last] != 1:
+        return 0
+    for size in (16, 8, 4):
+        n = size // elem
+        if size % elem or n < 1 or layout.shape[last] % n:
+            continue
+        if layout.swizzle is not None and layout.swizzle.unit_bytes < size:
+            continue
+        if any(s % n for s in layout.strides[:last]):
+            continue
+        if all(cg.divisor(e) % n == 0 for e in (view_offset, offsets[-1], *strides[:-1])):
+            return n
+    return 0
+
+
+def _intrinsic(cg: KernelCodegen, name: str, args: list[ir.Type]) -> ir.Function:
+    fn = cg.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(cg.module, ir.FunctionType(ir.VoidType(), args), name)
+    return fn
+
+
+def _unravel(cg: KernelCodegen, index: ir.Value, shape: tuple[int, ...]) -> list[ir.Value]:
+    """Row-major coordinates (i32) of a flat i32 index over `shape`."""
+    coords: list[ir.Value] = []
+    for n in reversed(shape):
+        coords.append(cg.b.urem(index, _i32(n)) if n > 1 else _i32(0))
+        index = cg.b.udiv(index, _i32(n)) if n > 1 else index
+    return coords[::-1]
+
+
+def _each_item(cg: KernelCodegen, count: int, body) -> None:
+    """`body(index)` for every flat index < count, round-robin over the block's threads."""
+    threads = cg.program.num_threads
+    for k in range(math.ceil(count / threads)):
+        index = cg.b.add(cg.tid, _i32(k * threads))
+        if (k + 1) * threads > count:
+            with cg.b.if_then(cg.b.icmp_unsigned("<", index, _i32(count))):
+                body(index)
+        else:
+            body(index)
+
+
+def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
+    alloc, layout = _allocation(cg, inst.dst)
+    view = cg.tensors[inst.src.name]
+    strides, view_offset = cg.view_exprs[id(view)]
+    ty = llvm_type(inst.dst.dtype)
+    elem = layout.element_bits // 8
+    shape = layout.shape
+    n = _chunk_elements(cg, layout, strides, view_offset, inst.offsets)
+    per = n or 1  # elements per item: a chunk, or one element for the plain fallback
+    grid = shape[:-1] + (shape[-1] // per,)
+    b = cg.b
+    gofs = [cg.i64(o) for o in inst.offsets]
+
+    def item(index: ir.Value) -> None:
+        coords = _unravel(cg, index, grid)
+        coords[-1] = b.mul(coords[-1], _i32(per))
+        # destination: the swizzled buffer offset of the item's first element
+        byte = _i32(alloc.offset)
+        for c, s in zip(coords, layout.strides):
+            if s:
+                byte = b.add(byte, b.mul(c, _i32(s * elem)))
+        dst = _swizzled_ptr(cg, layout, byte)
+        # source: global coordinates, rows in bounds, elements left in the last dimension
+        inside, gindex = ir.Constant(ir.IntType(1), 1), view.offset
+        for d, (c, o) in enumerate(zip(coords, gofs)):
+            g = b.add(o, b.zext(c, I64))
+            low = b.icmp_signed(">=", g, ir.Constant(I64, 0))
+            if d < len(coords) - 1:
+                inside = b.and_(inside, b.and_(low, b.icmp_signed("<", g, view.shape[d])))
+            else:
+                inside = b.and_(inside, low)
+                left = b.sub(view.shape[d], g)
+            gindex = b.add(gindex, b.mul(g, view.strides[d]))
+        left = b.select(b.icmp_signed("<", left, ir.Constant(I64, per)), left,
+                        ir.Constant(I64, per))
+        inside = b.and_(inside, b.icmp_signed(">", left, ir.Constant(I64, 0)))
+        gindex = b.select(inside, gindex, view.offset)  # no access when outside
+        src = b.gep(view.base, [gindex], source_etype=ty)
+        if n:
+            size = n * elem
+            src_bytes = b.select(inside, b.mul(b.trunc(left, I32), _i32(elem)), _i32(0))
+            kind = "cg" if size == 16 else "ca"
+            fn = _intrinsic(cg, f"llvm.nvvm.cp.async.{kind}.shared.global.{size}.s",
+                            [SMEM_PTR, GLOBAL_PTR, I32])
+            b.call(fn, [dst, b.addrspacecast(src, GLOBAL_PTR), src_bytes])
+        else:
+            with b.if_else(inside) as (then, otherwise):
+                with then:
+                    loaded = b.load(src, typ=ty)
+                    got = b.block
+                with otherwise:
+                    missing = b.block
+            value = b.phi(ty)
+            value.add_incoming(loaded, got)
+            value.add_incoming(cg.constant(0, inst.dst.dtype), missing)
+            b.store(value, dst, align=elem)
+
+    _each_item(cg, math.prod(grid), item)
+
+
+def lower_copy_async_commit(cg: KernelCodegen, inst: ins.CopyAsyncCommit) -> None:
+    cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.commit.group", []), [])
+
+
+def lower_copy_async_wait(cg: KernelCodegen, inst: ins.CopyAsyncWait) -> None:
+    cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.wait.group", [I32]), [_i32(inst.n)])

@@ -1,0 +1,181 @@
+"""Pass `plan_shared_memory`: give every shared tensor a layout and a byte offset in the
+block's one dynamic shared-memory buffer.
+
+Expects: a verified program (after `infer_layouts`). Guarantees: every shared tensor
+(definition and uses) has a `SharedLayout`; `shared_plan(program)` of the result gives
+each `alloc_shared` tensor a byte offset such that
+
+- the offset is a multiple of the tensor's alignment, `max(16, swizzle.period)` (16 bytes
+  for 16-byte vector accesses and `cp.async`; the swizzle period so that XOR-swizzling
+  the buffer offset `offset + b` equals `offset + swizzle(b)`, as `SharedLayout` means);
+- tensors that may be live at the same time never share a byte;
+- `total_bytes` (a multiple of 16) covers every tensor: it is the size of the dynamic
+  shared memory a launch must ask for (`CompiledKernel.shared_bytes`).
+
+Layout of a tensor created without one: `swizzled(shape, dtype)` when the tile is 2-D with
+rows of at least 16 bytes (the swizzle of `ldmatrix_swizzle`: 16-byte chunks move within
+their row, so 16-byte accesses and ldmatrix phases stay conflict-free; rows that are not
+a whole number of 16-byte chunks stay unswizzled), else `row_major(shape, dtype)`.
+Layouts change no result: every access goes through the layout.
+
+The plan is a pure function of the program, so it is not stored in the IR: this pass
+sets the layouts (and checks the plan can be made), and codegen and the pipeline call
+`shared_plan` on the program they hold (the lowering memoizes it per kernel).
+
+Liveness, over instructions in program order (loops and branches flattened):
+- a tensor is live from its `alloc_shared` to its `free_shared`; never freed: to the end
+  of the program (an unfreed tile may still receive an in-flight `copy_async`);
+- a tensor allocated inside a `for` is live for the whole of the innermost loop around
+  its allocation (every iteration reuses the same bytes); and when its range reaches
+  past the end of an enclosing loop (never freed, or no barrier before the loop ends), for
+  the whole of that loop too (the loop's next iteration runs while it is still live);
+- freed bytes become reusable only once a `sync` has run after the tensor's last access
+  (another thread may still be reading it until a barrier): the live range extends to
+  the first `sync` after the last access that surely runs after it (in the same block or
+  an enclosing one, not inside an `if` or a later loop); with none, the bytes are never
+  reused.
+Placement: linear scan in order of live-range start, first fit: the lowest aligned
+offset that overlaps no tensor whose live range intersects this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilevm.ir import instructions as ins
+from tilevm.ir.stmt import For, If, Program, Seq
+from tilevm.ir.transform import map_tensors
+from tilevm.ir.types import MemorySpace, Tensor
+from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
+
+MIN_ALIGN = 16  # bytes: 16-byte vector accesses and cp.async chunks
+
+
+def default_shared_layout(tensor: Tensor) -> SharedLayout:
+    """The layout the planner gives a shared tensor created without one (see above)."""
+    shape = tensor.type.static_shape
+    if len(shape) == 2 and shape[-1] * tensor.dtype.bits >= 8 * 16:
+        return swizzled(shape, tensor.dtype)
+    return row_major(shape, tensor.dtype)
+
+
+def alignment(layout: SharedLayout) -> int:
+    """Byte alignment of an allocation with `layout`."""
+    period = layout.swizzle.period if layout.swizzle is not None else 1
+    return max(MIN_ALIGN, period)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    name: str
+    layout: SharedLayout
+    offset: int  # bytes from the start of the dynamic shared-memory buffer
+    size: int  # bytes (`layout.size_bytes`)
+    align: int
+    start: int  # live range: instruction indices in program order, inclusive
+    end: int
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    allocations: dict[str, Allocation]  # by tensor name
+    total_bytes: int
+    base_align: int  # the buffer's start must be aligned to this (max allocation align)
+
+    def offset(self, name: str) -> int:
+        return self.allocations[name].offset
+
+
+def plan_shared_memory(program: Program) -> Program:
+    """The program with a `SharedLayout` on every shared tensor (see the module docstring)."""
+    chosen: dict[str, SharedLayout] = {}
+
+    def with_layout(t: Tensor) -> Tensor:
+        if t.space is not MemorySpace.SHARED or t.layout is not None:
+            return t
+        if t.name not in chosen:
+            chosen[t.name] = default_shared_layout(t)
+        return Tensor(t.name, t.type.with_layout(chosen[t.name]))
+
+    out = map_tensors(program, with_layout)
+    shared_plan(out)  # every tensor can be placed
+    return out
+
+
+def _live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
+    """Per allocated tensor: its live range (start, end) in program order, and itself."""
+    counter = 0
+    # name -> [alloc index, free index or None, tensor, enclosing loops ([first, last],
+    #          outermost first), (index, enclosing statements) of the last access]
+    allocs: dict[str, list] = {}
+    syncs: list[tuple[int, tuple[int, ...]]] = []
+
+    def walk(seq: Seq, loops: tuple[list[int], ...], chain: tuple[int, ...]) -> None:
+        nonlocal counter
+        for stmt in seq.body:
+            if isinstance(stmt, ins.Instruction):
+                index = counter
+                counter += 1
+                if isinstance(stmt, ins.AllocShared):
+                    allocs[stmt.out.name] = [index, None, stmt.out, loops, (index, chain)]
+                elif isinstance(stmt, ins.FreeShared):
+                    if stmt.tensor.name in allocs:
+                        allocs[stmt.tensor.name][1] = index
+                elif isinstance(stmt, ins.Sync):
+                    syncs.append((index, chain))
+                else:
+                    for t in stmt.input_tensors():
+                        if t.name in allocs:
+                            allocs[t.name][4] = (index, chain)
+            elif isinstance(stmt, Seq):
+                walk(stmt, loops, chain)
+            elif isinstance(stmt, For):
+                bounds = [counter, counter]  # the last index is known once the body is walked
+                walk(stmt.body, (*loops, bounds), (*chain, id(stmt)))
+                bounds[1] = max(counter - 1, bounds[0])
+            elif isinstance(stmt, If):
+                walk(stmt.then_body, loops, (*chain, id(stmt), 0))
+                if stmt.else_body is not None:
+                    walk(stmt.else_body, loops, (*chain, id(stmt), 1))
+
+    walk(program.body, (), ())
+    end_of_program = max(counter, 1)
+    ranges = {}
+    for name, (start, end, tensor, loops, (last, chain)) in allocs.items():
+        if loops and end is not None:
+            end = loops[-1][1]
+        if end is not None:
+            # The first barrier that surely runs after the last access (one in the same or
+            # an enclosing block, never one in a branch or a later loop) must pass first.
+            barrier = next((i for i, c in syncs if i > last and chain[:len(c)] == c), None)
+            end = None if barrier is None else max(end, barrier)
+        end = end_of_program if end is None else end
+        if loops:  # the whole innermost loop
+            start = loops[-1][0]
+        for first, stop in loops:  # and every loop the range leaves (its next iteration)
+            if end > stop:
+                start = min(start, first)
+        ranges[name] = (start, end, tensor)
+    return ranges
+
+
+def shared_plan(program: Program) -> SharedPlan:
+    """Offsets of every `alloc_shared` tensor of a program whose shared tensors all have
+    layouts (the output of `plan_shared_memory`)."""
+    ranges = _live_ranges(program)
+    placed: list[Allocation] = []
+    for name, (start, end, tensor) in sorted(ranges.items(), key=lambda kv: kv[1][0]):
+        layout = tensor.layout if tensor.layout is not None else default_shared_layout(tensor)
+        size, align = layout.size_bytes, alignment(layout)
+        live = sorted((a for a in placed if a.end >= start and a.start <= end),
+                      key=lambda a: a.offset)
+        offset = 0
+        for other in live:  # first fit between the live tensors, lowest offset first
+            if offset + size <= other.offset:
+                break
+            offset = max(offset, -(-(other.offset + other.size) // align) * align)
+        placed.append(Allocation(name, layout, offset, size, align, start, end))
+    total = max((a.offset + a.size for a in placed), default=0)
+    total = -(-total // MIN_ALIGN) * MIN_ALIGN
+    return SharedPlan({a.name: a for a in placed}, total,
+                      max((a.align for a in placed), default=MIN_ALIGN))
