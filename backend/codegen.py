@@ -71,7 +71,7 @@ class KernelCodegen:
         self.pointers: dict[str, ir.Value] = {}
         self.tensors: dict[str, Any] = {}
         self.carried: set[str] = set()
-        self.divisors: dict[str, int] = {}  # a proven divisor of each loop variable
+        self.divisors: dict[str, int] = {}  # a proven divisor of loop variables, params
         self.view_exprs: dict[int, tuple[tuple[Expr, ...], Expr]] = {}
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
@@ -86,6 +86,8 @@ class KernelCodegen:
     # ---- entry point ---------------------------------------------------------------------
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
+        # Divisibility of scalar parameters promised by top-level `assume`s.
+        self.divisors.update(assumed_divisors(self.program))
         self.lower_seq(self.program.body)
         self.b.ret_void()
         return self.module
@@ -358,3 +360,4 @@ def generate(program: Program) -> ir.Module:
 
 
 from tilevm.backend.lowering import LOWERINGS  # noqa: E402  (the lowerings use this module)
+from tilevm.backend.lowering.assume import assumed_divisors  # noqa: E402

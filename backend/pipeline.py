@@ -1,6 +1,7 @@
 """The compiler pipeline: the passes, in order, and `compile_program`.
 
-    verify -> infer_layouts -> plan_shared_memory -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
+    verify -> infer_layouts -> convert_layouts -> plan_shared_memory
+           -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
 
 Each pass is one module of backend/passes/ whose docstring says what it expects and
 guarantees; `vmc compile --dump-after NAME` prints the IR after any of them.
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilevm.backend import codegen, target
+from tilevm.backend.passes.convert_layouts import convert_layouts
 from tilevm.backend.passes.infer_layouts import infer_layouts
 from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_plan
 from tilevm.backend.passes.verify import verify
@@ -20,6 +22,7 @@ from tilevm.ir.stmt import Program
 PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
     ("verify", verify),
     ("infer_layouts", infer_layouts),
+    ("convert_layouts", convert_layouts),
     ("plan_shared_memory", plan_shared_memory),
 )
 PASS_NAMES = tuple(name for name, _ in PASSES)

@@ -23,6 +23,9 @@ Launch arguments, in the order of the program's parameters:
   least the element size), be writable if the kernel writes it, and be large enough
   for every global view the program takes of it whose extent depends only on scalar
   arguments;
+- the scalar arguments must satisfy every `assume` at the top level of the program
+  body whose condition depends only on scalar parameters (`tv.assume(N % 8 == 0)`):
+  the compiled code relies on them;
 - a scalar parameter takes a Python or numpy number (an int that fits an integer
   type; an int or float for a float type, whose magnitude is at most the type's
   largest finite value).
@@ -163,6 +166,17 @@ class ViewSpec:
 
 
 @dataclass(frozen=True)
+class AssumeSpec:
+    """A condition over scalar parameters that the compiled kernel relies on (a
+    top-level `assume`); `text` is the condition as written in the program, `where`
+    the user's source line ("" if unknown)."""
+
+    cond: Expr
+    text: str
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class Signature:
     """What the runtime knows of a kernel: its parameters, the global views used to
     check buffer sizes, the grid (expressions over scalar parameters) and block size."""
@@ -172,6 +186,7 @@ class Signature:
     views: tuple[ViewSpec, ...] = ()
     grid: tuple[Expr, ...] = ()
     num_threads: int = 0
+    assumptions: tuple[AssumeSpec, ...] = ()
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -212,7 +227,9 @@ class Signature:
                            "shape": [format_expr(s) for s in v.shape],
                            "strides": [format_expr(s) for s in v.strides]}
                           for v in self.views],
-                "grid": [format_expr(g) for g in self.grid], "num_threads": self.num_threads}
+                "grid": [format_expr(g) for g in self.grid], "num_threads": self.num_threads,
+                "assumptions": [{"cond": format_expr(a.cond), "text": a.text,
+                                 "where": a.where} for a in self.assumptions]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
@@ -228,16 +245,21 @@ class Signature:
                                tuple(ex(s) for s in v["shape"]),
                                tuple(ex(s) for s in v["strides"]))
                       for v in d.get("views", ()))
+        assumptions = tuple(AssumeSpec(ex(a["cond"]), str(a["text"]), str(a.get("where", "")))
+                            for a in d.get("assumptions", ()))
         return cls(str(d.get("name", "kernel")), params, views,
-                   tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)))
+                   tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)),
+                   assumptions)
 
 
 def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signature:
     """The `Signature` of a VM `Program`: its parameters in order (pointer parameters
     assume `pointer_align`-byte aligned addresses), its grid and block size, and the
     global views at the top level of its body whose offset, shape and strides depend
-    only on scalar parameters (through top-level `let`s that are never reassigned)."""
-    from tilevm.ir.instructions import GlobalView
+    only on scalar parameters (through top-level `let`s that are never reassigned),
+    and the top-level `assume`s whose conditions depend only on them."""
+    from tilevm.ir.instructions import Assume, GlobalView
+    from tilevm.ir.printer import format_expr
     from tilevm.ir.stmt import AssignVar, For, If, Let, Seq
     from tilevm.ir.types import Pointer
 
@@ -272,6 +294,7 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
     collect(program.body)
     lets: dict[Var, Expr] = {}
     views: list[ViewSpec] = []
+    assumptions: list[AssumeSpec] = []
     for stmt in program.body.body:
         if isinstance(stmt, Let) and stmt.var not in assigned:
             value = _subst(stmt.value, lets)
@@ -285,8 +308,25 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
                 ndim = len(stmt.out.type.shape)
                 views.append(ViewSpec(stmt.ptr.name, stmt.out.type.dtype, exprs[0],
                                       tuple(exprs[1:1 + ndim]), tuple(exprs[1 + ndim:])))
+        elif isinstance(stmt, Assume):
+            cond = _subst(stmt.cond, lets)
+            if free_vars(cond) <= scalars and _static(cond):
+                assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
+                                              str(stmt.loc) if stmt.loc else ""))
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
-                     program.num_threads)
+                     program.num_threads, tuple(assumptions))
+
+
+def _strip_parens(text: str) -> str:
+    """`N % 8 == 0` for the printer's `((N % 8) == 0)`: one outer pair goes."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(text) - 1:
+                return text  # the first "(" closes early: `(a) + (b)`
+        return text[1:-1]
+    return text
 
 
 _INT32 = parse("int32")
@@ -635,8 +675,25 @@ def validate_args(signature: Signature, args: Sequence[Any]) -> tuple[BoundPoint
             bound.append(_bind_pointer(i, p, a, signature))
         else:
             bound.append(_bind_scalar(i, p, a, signature))
+    _check_assumptions(signature, bound)
     _check_sizes(signature, bound)
     return tuple(bound)
+
+
+def _check_assumptions(sig: Signature, bound: Sequence[BoundPointer | BoundScalar]) -> None:
+    """Every top-level `assume` over scalar arguments holds (the code relies on it)."""
+    env = {b.param.name: b.value for b in bound if isinstance(b, BoundScalar)}
+    for a in sig.assumptions:
+        try:
+            holds = _eval(a.cond, env)
+        except _Unknown:
+            continue  # float arithmetic etc.: left to the kernel's own semantics
+        if not holds:
+            names = sorted({v.name for v in free_vars(a.cond)})
+            values = ", ".join(f"{n} = {env[n]}" for n in names if n in env)
+            where = f" ({a.where})" if a.where else ""
+            raise ArgumentValueError(f"kernel {sig.name} assumes {a.text}{where}, but "
+                                     f"{values or 'it does not hold for these arguments'}")
 
 
 def _bind_pointer(i: int, p: ParamSpec, a: Any, sig: Signature) -> BoundPointer:

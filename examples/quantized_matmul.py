@@ -74,6 +74,11 @@ def quantized_matmul(x: tv.ptr(tv.f16, const=True), w: tv.ptr(tv.uint8, const=Tr
     byte_layout = local(r, 1).spatial(t0, t1).local(1, b)  # [bk, bn*b/8] bytes
     code_layout = local(r, 1).spatial(t0, t1).local(1, 8)  # [bk, bn] b-bit codes
 
+    # The weight format's requirements, stated so the runtime rejects other sizes before
+    # launch and the compiler may use them (x rows of K f16 values are 16-byte aligned).
+    tv.assume(N % 8 == 0)
+    tv.assume(K % group_size == 0)
+
     tv.grid(tv.cdiv(M, bm), tv.cdiv(N, bn))
     gx = tv.global_view(x, [M, K])
     gw = tv.global_view(w, [K, N * b // 8])

@@ -275,10 +275,22 @@ class Print(Instruction):
     message: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Assume(Instruction):
+    """The program promises that the bool expression `cond` holds whenever this point is
+    reached. The compiler may use it (`n % 8 == 0` at the top level of the body makes
+    `n` a multiple of 8 everywhere); a program that breaks the promise is an error,
+    reported by the interpreter and, for conditions over kernel arguments only, by the
+    runtime before launch."""
+
+    opname: ClassVar[str] = "assume"
+    cond: Expr
+
+
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
         GlobalView, LoadGlobal, StoreGlobal, AllocShared, FreeShared, LoadShared, StoreShared,
         CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, Full, Assign, View, Cast,
-        Elementwise, Where, Reduce, Dot, AnnotateLayout, Print,
+        Elementwise, Where, Reduce, Dot, AnnotateLayout, Print, Assume,
     )
 }

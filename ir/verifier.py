@@ -942,6 +942,13 @@ def check_print(ctx: Context, inst: ins.Print) -> None:
         _fail(f"print: message must be a string, got {_short(inst.message)}")
 
 
+def check_assume(ctx: Context, inst: ins.Assume) -> None:
+    dtype = check_expr(ctx, inst.cond, "cond")
+    if dtype != BOOL:
+        _fail(f"assume: the condition {_expr_text(inst.cond)} is {dtype}; it must be bool "
+              "(uint1)")
+
+
 CHECKERS: dict[str, Callable[[Context, Any], None]] = {
     name: globals()[f"check_{name}"] for name in ins.INSTRUCTIONS
 }

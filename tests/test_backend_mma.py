@@ -190,10 +190,17 @@ def test_shapes_that_are_not_mma_multiples_are_errors(constants, message):
     assert err.value.loc is not None and err.value.loc.file.endswith("matmul.py")
 
 
-def test_a_pinned_conflicting_layout_is_an_error_not_wrong_code():
-    with pytest.raises(VMError, match="layout conversion not supported yet") as err:
-        compile_program(mk.dot_pinned_layout.specialize(), "sm_80")
-    assert "%ta" in str(err.value) and err.value.loc is not None
+def test_a_pinned_conflicting_layout_is_converted_not_miscompiled():
+    # The user pinned %ta to a layout that is not the tensor-core tiling: the
+    # convert_layouts pass moves it through shared memory into the tiling mma needs.
+    program = run_passes(mk.dot_pinned_layout.specialize())
+    converted = [inst.out for inst in instructions(program.body)
+                 if inst.opname == "load_shared" and inst.out.name.startswith("ta.cvt")]
+    pinned = next(inst.output for inst in instructions(program.body)
+                  if inst.output is not None and inst.output.name == "ta")
+    assert converted and converted[0].layout != pinned.layout
+    ptx = compile_program(mk.dot_pinned_layout.specialize(), "sm_80").ptx
+    assert "mma.sync.aligned.m16n8k16" in ptx
 
 
 def test_dot_without_a_tensor_core_instruction_is_an_error():

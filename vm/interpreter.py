@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -96,6 +96,7 @@ from tilevm.ir.expr import (
     Select,
     Unary,
     Var,
+    free_vars,
 )
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
 from tilevm.ir.types import MemorySpace, Pointer, Tensor
@@ -1019,6 +1020,20 @@ class Interpreter:
             text = repr(self._eval(value))
         prefix = f"{inst.message} " if inst.message else ""
         print(f"{prefix}{text}", flush=True)
+
+
+    def exec_assume(self, inst: ins.Assume) -> None:
+        """Check the promised condition; a false one is the program's error."""
+        if not self._eval(inst.cond):
+            self._fail(f"assume: the condition {inst.cond} does not hold (block "
+                       f"{self.block}){_scalar_values(inst.cond, self.scalars)}")
+
+
+def _scalar_values(cond: Expr, scalars: Mapping[Var, int | float]) -> str:
+    """`: N = 17, M = 4` for the scalars a condition reads (those defined here)."""
+    known = [f"{v.name} = {scalars[v]}" for v in sorted(free_vars(cond), key=lambda v: v.name)
+             if v in scalars]
+    return f": {', '.join(known)}" if known else ""
 
 
 def _flat_index(table: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

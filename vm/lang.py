@@ -30,6 +30,7 @@ from tilevm import dtypes as _dtypes
 from tilevm.dtypes import DataType
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import BOOL, BlockIndex, Expr, Select, free_vars
+from tilevm.ir.instructions import Assume
 from tilevm.ir.types import MemorySpace, Pointer
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout
 from tilevm.vm import frontend_values as fv
@@ -37,7 +38,7 @@ from tilevm.vm.frontend import Kernel, KernelSignature, RuntimeRange, kernel, ma
 from tilevm.vm.frontend_values import Scalar, Tile
 
 __all__ = [
-    "kernel", "ptr", "grid", "range", "static_assert", "block_idx", "cdiv",
+    "kernel", "ptr", "grid", "range", "static_assert", "assume", "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "full", "zeros", "view", "cast", "where", "sum", "max", "min", "maximum",
@@ -192,6 +193,30 @@ def static_assert(cond: Any, msg: str = "") -> None:
         raise VMError("tv.static_assert needs a compile-time condition, got a runtime value")
     if not cond:
         raise VMError(f"static_assert failed: {msg}" if msg else "static_assert failed")
+
+
+def assume(cond: Any) -> None:
+    """Promise that the runtime condition `cond` holds here (e.g. `N % 8 == 0`); the
+    compiler may rely on it (a top-level `tv.assume(N % 8 == 0)` lets rows of stride N
+    be accessed as vectors). Breaking it is an error: the interpreter reports it, and
+    so does the runtime before launch for conditions over scalar arguments only. A
+    compile-time `True` is a no-op; `False` fails at once."""
+    ctx = fv.current("tv.assume")
+    if isinstance(cond, Tile):
+        raise VMError(f"tv.assume needs a scalar condition, got the tile {cond}")
+    if not isinstance(cond, Scalar):
+        if isinstance(cond, bool) or type(cond).__name__ == "bool_":
+            if not cond:
+                raise VMError("tv.assume(False): the condition is false at compile time",
+                              None, ctx.builder.loc)
+            return
+        raise VMError(f"tv.assume needs a condition (a runtime bool or a Python bool), got "
+                      f"{fv.describe(cond)}")
+    expr = cond.expr
+    if expr.dtype != BOOL:
+        raise VMError(f"tv.assume needs a bool condition, got {expr} of type {expr.dtype} "
+                      "(compare it: `x % 8 == 0`)")
+    ctx.builder.emit(Assume(cond=expr, loc=ctx.builder.loc))
 
 
 # ---- scalars -----------------------------------------------------------------------------

@@ -18,6 +18,13 @@ provably `w`-aligned coordinate (thread part, offsets, local part, other strides
 not split by the swizzle's unit, is one vector access of up to 16 bytes
 (`ld.shared.v4.b32`).
 
+`load_shared` of 16-bit elements whose register layout is made of `ldmatrix` fragments
+(and whose rows are 16-byte aligned runs) is `ldmatrix.sync.aligned.m8n8.x{1,2,4}
+[.trans].shared.b16` instead, as inline PTX: the selection rule is in `ldmatrix_select`;
+lane `i` supplies the address of row `i % 8` of matrix `i // 8`, computed like every
+other access (thread part of the address layout + a constant per instruction, then the
+swizzle), and each returned 32-bit register is split into its two 16-bit halves.
+
 `copy_async`: the tile is cut into chunks of `C` consecutive elements of the last
 dimension (16 bytes when alignment is provable in shared and global memory, else 8 or
 4), distributed round-robin over the block's threads (chunk `tid + k * threads`). A
@@ -36,6 +43,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64, build_vector, convert_value, llvm_type
+from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, select_ldmatrix
 from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import Const, Expr
@@ -164,17 +172,66 @@ def _register_access(cg: KernelCodegen, shared: Tensor, tile: Tensor,
     return layout, width, ptrs
 
 
+def _ldmatrix_choice(cg: KernelCodegen, inst: ins.LoadShared) -> LdmatrixChoice | None:
+    alloc, layout = _allocation(cg, inst.src)
+    if layout.element_bits != 16:
+        return None
+    return select_ldmatrix(cg.layout_of(inst.out), layout, cg.program.num_threads,
+                           alloc_offset=alloc.offset,
+                           offset_divisors=[cg.divisor(o) for o in inst.offsets])
+
+
+def _ldmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
+    n = choice.num
+    regs = ", ".join(f"${i}" for i in range(n))
+    text = f"{choice.ptx} {{{regs}}}, [${n}];"
+    constraints = ",".join(["=r"] * n + ["r", "~{memory}"])
+    ret = ir.LiteralStructType([I32] * n) if n > 1 else I32
+    # side effects: it reads shared memory, so it must stay between the barriers
+    return ir.InlineAsm(ir.FunctionType(ret, [I32]), text, constraints, side_effect=True)
+
+
+def _load_ldmatrix(cg: KernelCodegen, inst: ins.LoadShared,
+                   choice: LdmatrixChoice) -> list[ir.Value]:
+    """The tile's registers through `ldmatrix` (see `ldmatrix_select`)."""
+    alloc, layout = _allocation(cg, inst.src)
+    b, elem, addresses = cg.b, layout.element_bits // 8, choice.addresses
+    scale = [ROW_ELEMENTS if d == choice.col_dim else 1 for d in range(layout.rank)]
+    base = _i32(alloc.offset)
+    for t, o, s, u in zip(cg.thread_part(addresses), inst.offsets, layout.strides, scale):
+        if s:
+            coord = b.add(b.mul(_to_i32(cg, t), _i32(u)), _to_i32(cg, cg.i64(o)))
+            base = b.add(base, b.mul(coord, _i32(s * elem)))
+    asm = _ldmatrix_asm(choice)
+    half2 = ir.VectorType(llvm_type(inst.src.dtype), 2)
+    values: list[ir.Value] = [None] * cg.layout_of(inst.out).local_size  # type: ignore
+    for k, coord in enumerate(cg.local_parts(addresses)):
+        const = elem * sum(c * u * s for c, u, s in zip(coord, scale, layout.strides))
+        ptr = _swizzled_ptr(cg, layout, b.add(base, _i32(const)))
+        res = b.call(asm, [b.ptrtoint(ptr, I32)])
+        for m in range(choice.num):
+            reg = b.extract_value(res, m) if choice.num > 1 else res
+            pair = b.bitcast(reg, half2)
+            for j in range(2):
+                values[2 * (choice.num * k + m) + j] = b.extract_element(pair, _i32(j))
+    return values
+
+
 def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
-    layout, width, ptrs = _register_access(cg, inst.src, inst.out, inst.offsets)
-    ty = llvm_type(inst.src.dtype)
-    elem = layout.element_bits // 8
+    choice = _ldmatrix_choice(cg, inst)
     values: list[ir.Value] = []
-    for ptr in ptrs:
-        if width > 1:
-            vec = cg.b.load(ptr, typ=ir.VectorType(ty, width), align=width * elem)
-            values += [cg.b.extract_element(vec, _i32(i)) for i in range(width)]
-        else:
-            values.append(cg.b.load(ptr, typ=ty, align=elem))
+    if choice is not None:
+        values = _load_ldmatrix(cg, inst, choice)
+    else:
+        layout, width, ptrs = _register_access(cg, inst.src, inst.out, inst.offsets)
+        ty = llvm_type(inst.src.dtype)
+        elem = layout.element_bits // 8
+        for ptr in ptrs:
+            if width > 1:
+                vec = cg.b.load(ptr, typ=ir.VectorType(ty, width), align=width * elem)
+                values += [cg.b.extract_element(vec, _i32(i)) for i in range(width)]
+            else:
+                values.append(cg.b.load(ptr, typ=ty, align=elem))
     if inst.out.dtype != inst.src.dtype:
         values = [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype) for v in values]
     cg.define(inst.out, values)

@@ -21,14 +21,23 @@ become replication); `dot` takes its accumulator's layout; anything else (loads,
 gets `default_layout`, which gives each thread 16-byte vectors along the last dimension
 when the shape allows, so loads and stores can be vectorized.
 
-Not yet: inserting layout conversions. A `dot` operand whose layout is fixed otherwise
-(an annotation, a `reduce`, another `dot`'s tiling) is reported by the `dot` lowering
-("layout conversion not supported yet"), as are other tensors whose producers disagree.
+Broadcast operands: after the forward pass, an unannotated operand of an `elementwise`
+or `where` that is broadcast (a `[1, n]` scale row into a `[k, n]` tile, a `[rows, 1]`
+row maximum), produced by a load or `full`, and not held by the threads that need it
+(`broadcast_compatible`, the rule of `KernelCodegen.broadcast_map`), is asked for the
+consumer's layout reduced over the broadcast dims (`broadcast_layout`: replicated where
+the consumer spreads threads), and the forward pass runs again (to a fixpoint).
+
+Layouts that still disagree (a `dot` operand whose layout is fixed otherwise, an
+operand produced by a `reduce` or an annotation, ...) are resolved by the next pass,
+`convert_layouts`, which inserts conversions through shared memory.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
@@ -80,15 +89,20 @@ def infer_layouts(program: Program) -> Program:
     for inst in insts:
         if isinstance(inst, ins.AnnotateLayout) and inst.tensor.space is MemorySpace.REGISTER:
             chosen.setdefault(inst.tensor.name, inst.layout)
-    wanted = _requests(insts, chosen, program.num_threads)
-    for inst in insts:
-        out = inst.output
-        if out is None or out.space is not MemorySpace.REGISTER or out.name in chosen:
-            continue
-        if out.layout is None and out.name in wanted and isinstance(inst, _FLEXIBLE):
-            chosen[out.name] = wanted[out.name]
-            continue
-        chosen[out.name] = out.layout or _rule(inst, out, chosen, program.num_threads)
+    annotated = dict(chosen)
+    wanted = _requests(insts, annotated, program.num_threads)
+    for _ in range(8):  # broadcast requests depend on the consumers' layouts
+        chosen = dict(annotated)
+        for inst in insts:
+            out = inst.output
+            if out is None or out.space is not MemorySpace.REGISTER or out.name in chosen:
+                continue
+            if out.layout is None and out.name in wanted and isinstance(inst, _FLEXIBLE):
+                chosen[out.name] = wanted[out.name]
+                continue
+            chosen[out.name] = out.layout or _rule(inst, out, chosen, program.num_threads)
+        if not _broadcast_requests(insts, annotated, chosen, wanted):
+            break
 
     def with_layout(t: Tensor) -> Tensor:
         if t.space is MemorySpace.REGISTER and t.layout is None and t.name in chosen:
@@ -110,6 +124,77 @@ def _rule(inst: ins.Instruction, out: Tensor, chosen: dict[str, RegisterLayout],
     if isinstance(inst, ins.Dot) and inst.c.name in chosen:
         return chosen[inst.c.name]  # out has c's type
     return default_layout(shape, out.dtype, num_threads)
+
+
+# ---- broadcast operands: held by the threads that need them -------------------------------
+
+def broadcast_layout(consumer: RegisterLayout, shape: tuple[int, ...]) -> RegisterLayout:
+    """The layout of an operand of `shape` broadcast into a tile of layout `consumer`
+    that gives every thread exactly the elements it needs: `consumer` reduced over the
+    broadcast dims (size-1 dims of `shape`; its spatial modes there become replication)
+    and squeezed over the leading dims `shape` lacks."""
+    pad = consumer.ndim - len(shape)
+    dims = [d for d in range(consumer.ndim)
+            if d < pad or (shape[d - pad] == 1 and consumer.shape[d] != 1)]
+    layout = consumer.reduce(dims, keepdims=True) if dims else consumer
+    return layout.squeeze(tuple(range(pad))) if pad else layout
+
+
+def broadcast_compatible(src: RegisterLayout, shape: tuple[int, ...],
+                         dst: RegisterLayout) -> bool:
+    """Whether an operand of `shape` with layout `src` can be read, broadcast, into a tile
+    of layout `dst` without moving data (`KernelCodegen.broadcast_map`): every thread
+    holds the elements it needs, at local indices that are the same in every thread."""
+    if tuple(src.shape) == tuple(dst.shape):
+        if src == dst:
+            return True
+    if src.num_threads != dst.num_threads:
+        return False
+    pad = dst.ndim - len(shape)
+    coords = dst.table()[:, :, pad:]  # [thread, local, dim]
+    flat = np.zeros(coords.shape[:2], dtype=np.int64)
+    for d, n in enumerate(shape):
+        flat = flat * n + (coords[:, :, d] if n != 1 else 0)
+    held = np.full((src.num_threads, math.prod(shape)), -1, dtype=np.int64)
+    src_coords = src.table()
+    src_flat = np.zeros(src_coords.shape[:2], dtype=np.int64)
+    for d, n in enumerate(shape):
+        src_flat = src_flat * n + src_coords[:, :, d]
+    threads = np.arange(src.num_threads)[:, None]
+    held[np.broadcast_to(threads, src_flat.shape), src_flat] = \
+        np.broadcast_to(np.arange(src.local_size)[None, :], src_flat.shape)
+    where = held[np.arange(dst.num_threads)[:, None], flat]
+    return bool((where >= 0).all() and (where == where[:1]).all())
+
+
+def _broadcast_requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
+                        chosen: dict[str, RegisterLayout],
+                        wanted: dict[str, RegisterLayout]) -> bool:
+    """Ask an unannotated broadcast operand of an `elementwise`/`where` that a load or
+    `full` produces, and that its consumer cannot read in place, for the consumer's
+    layout reduced over the broadcast dims (`broadcast_layout`). True if any was asked."""
+    producers = {i.output.name: i for i in insts if i.output is not None}
+    asked = False
+    for inst in insts:
+        if not isinstance(inst, (ins.Elementwise, ins.Where)) or inst.out.name not in chosen:
+            continue
+        out_layout, out_shape = chosen[inst.out.name], inst.out.type.static_shape
+        for t in inst.input_tensors():
+            if t.space is not MemorySpace.REGISTER or t.type.shape == inst.out.type.shape \
+                    or t.layout is not None or t.name in fixed or t.name in wanted \
+                    or t.name not in chosen:
+                continue
+            if not isinstance(producers.get(t.name),
+                              (ins.LoadGlobal, ins.LoadShared, ins.Full)):
+                continue
+            shape = t.type.static_shape
+            if broadcast_compatible(chosen[t.name], shape, out_layout):
+                continue
+            layout = broadcast_layout(out_layout, shape)
+            if layout.num_threads == out_layout.num_threads and len(out_shape) >= len(shape):
+                wanted[t.name] = layout
+                asked = True
+    return asked
 
 
 # ---- dot on tensor cores: the fragment tilings and the backward requests -------------------
