@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tilevm import dtypes
-from tilevm.backend import ptxas
 from tilevm.backend.passes.convert_layouts import convert_layouts
 from tilevm.backend.passes.infer_layouts import (
     broadcast_compatible,
@@ -129,29 +128,8 @@ def _int4(t):
     return t
 
 
-# ---- the quantized matmul compiles -----------------------------------------------------------
-
-def _spills(wdtype, group_size, arch):
-    """(spill store bytes, spill load bytes) of the compiled quantized matmul."""
-    compiled = compile_program(qmm.quantized_matmul.specialize(
-        wdtype=dtypes.parse(wdtype), group_size=group_size), arch)
-    for needle in ("mma.sync", "cp.async"):
-        assert needle in compiled.ptx
-    kernel = ptxas.check_ptx(compiled.ptx, arch)["quantized_matmul"]
-    return kernel.spill_stores, kernel.spill_loads
-
-
-@pytest.mark.parametrize("group_size", [32, 128])
-@pytest.mark.parametrize("wdtype", QMM_DTYPES)
-def test_qmm_compiles_for_sm80_without_spills(wdtype, group_size):
-    assert _spills(wdtype, group_size, "sm_80") == (0, 0)
-
-
-@pytest.mark.parametrize("wdtype, group_size", [("int4", 128), ("f4e2m1", 32),
-                                                ("int8", 32), ("f6e2m3", 128)])
-def test_qmm_compiles_for_sm90_without_spills(wdtype, group_size):
-    assert _spills(wdtype, group_size, "sm_90") == (0, 0)
-
+# ---- the quantized matmul compiles: tests/test_compile_examples.py (every weight type,
+# both group sizes, sm_80 and sm_90, zero spills) -----------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_examples_still_compile(arch):

@@ -1,0 +1,62 @@
+"""Every example kernel, and the quantized matmul for every weight type of the benchmark
+list and both group sizes, compiles for sm_80 and sm_90 to PTX that ptxas accepts with
+zero spill bytes; the quantized matmul's PTX uses tensor cores (mma.sync), ldmatrix,
+cp.async and 16-byte global loads."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tilevm import dtypes
+from tilevm.backend import ptxas
+from tilevm.backend.pipeline import compile_program
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ARCHES = ("sm_80", "sm_90")
+# ../shared/BENCHMARKS.md's weight types (those whose values are all f16 values).
+WEIGHT_TYPES = ("int2", "int3", "int4", "uint4", "int5", "int6", "int8", "uint2", "uint3",
+                "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2")
+
+
+@cache
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(f"_compile_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compiled_without_spills(kernel, constants: dict, arch: str) -> str:
+    ptx = compile_program(kernel.specialize(**constants), arch).ptx
+    report = ptxas.check_ptx(ptx, arch)[kernel.name]
+    assert (report.spill_stores, report.spill_loads) == (0, 0), str(report)
+    return ptx
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("name, kernel, constants", [
+    ("vector_add", "vector_add", {}),
+    ("softmax", "softmax_f32", {}),
+    ("softmax", "softmax_f16", {}),
+    ("matmul", "matmul", {}),
+])
+def test_example_compiles(name, kernel, constants, arch):
+    ptx = compiled_without_spills(getattr(example(name), kernel), constants, arch)
+    if name == "matmul":
+        assert "mma.sync.aligned.m16n8k16" in ptx
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("group_size", [32, 128])
+@pytest.mark.parametrize("wdtype", WEIGHT_TYPES)
+def test_quantized_matmul_compiles(wdtype, group_size, arch):
+    kernel = example("quantized_matmul").quantized_matmul
+    ptx = compiled_without_spills(kernel, {"wdtype": dtypes.parse(wdtype),
+                                           "group_size": group_size}, arch)
+    for needle in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned", "cp.async.cg",
+                   "ld.global.v4", "cp.async.wait_group"):
+        assert needle in ptx, needle
