@@ -4,12 +4,12 @@ runtime stride), and the runtime's check of the arguments before launch."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_harness import load_module
 
 from tilevm.backend.lowering.assume import assumed_divisors
 from tilevm.backend.pipeline import compile_program
@@ -30,14 +30,9 @@ from tilevm.ir.verifier import verify
 KERNELS = Path(__file__).resolve().parent / "kernels" / "assume_kernels.py"
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-kernels = _load(KERNELS)
+kernels = load_module(KERNELS)
 
 
 def _line(text: str) -> int:

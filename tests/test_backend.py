@@ -3,13 +3,13 @@ kernels against the interpreter on random inputs (GPU, marked `gpu`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_harness import load_module, run_both
 
 from tilevm.backend import ptxas
 from tilevm.backend.passes.infer_layouts import default_layout
@@ -24,15 +24,10 @@ KERNELS = Path(__file__).resolve().parent / "kernels" / "backend_kernels.py"
 ARCHES = ("sm_80", "sm_90")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-kernels = _load(KERNELS)
-vector_add = _load(ROOT / "examples" / "vector_add.py").vector_add
+kernels = load_module(KERNELS)
+vector_add = load_module(ROOT / "examples" / "vector_add.py").vector_add
 COMPILED = [(vector_add, {"block": 1024}), (vector_add, {"block": 256}),
             (kernels.scale_relu, {}), (kernels.tile_add_2d, {}), (kernels.dequant_int8, {})]
 
@@ -63,7 +58,7 @@ def test_unprovable_alignment_falls_back_to_scalar_accesses():
     path = Path(__file__).resolve().parent / "kernels" / "_misaligned_tmp.py"
     try:
         path.write_text(text)
-        ptx = compile_program(_load(path).scale_relu.specialize(), "sm_90").ptx
+        ptx = compile_program(load_module(path).scale_relu.specialize(), "sm_90").ptx
     finally:
         path.unlink()
     assert "ld.global.v" not in ptx and "st.global.v" not in ptx
@@ -97,7 +92,7 @@ def test_unsupported_instruction_names_the_line():
     path = Path(__file__).resolve().parent / "kernels" / "_print_tmp.py"
     try:
         path.write_text(text)
-        kernel = _load(path).scale_relu
+        kernel = load_module(path).scale_relu
         with pytest.raises(VMError, match="print is not supported by the GPU backend yet") \
                 as err:
             compile_program(kernel.specialize(), "sm_80")
@@ -145,15 +140,6 @@ def test_vmc_compile_errors(args, message):
 
 # ---- on the GPU ---------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants):
-    """Run a kernel compiled on the GPU and in the interpreter; return both outputs."""
-    from tilevm.backend.launch import launch_program
-
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 @pytest.mark.gpu
@@ -162,7 +148,7 @@ def test_gpu_vector_add_matches_interpreter(n):
     rng = np.random.default_rng(n)
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     out = np.full(n, np.nan, np.float32)  # poisoned
-    got, expected = _run_both(vector_add, [x, y, out, n], {"block": 1024})
+    got, expected = run_both(vector_add, [x, y, out, n], {"block": 1024})
     assert np.array_equal(got[2], expected[2])
 
 
@@ -171,7 +157,7 @@ def test_gpu_vector_add_matches_interpreter(n):
 def test_gpu_scale_relu_matches_interpreter(n):
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n).astype(np.float16)
-    got, expected = _run_both(kernels.scale_relu, [x, np.full(n, np.nan, np.float32), n, 0.75],
+    got, expected = run_both(kernels.scale_relu, [x, np.full(n, np.nan, np.float32), n, 0.75],
                               {})
     assert np.array_equal(got[1], expected[1])
 
@@ -181,7 +167,7 @@ def test_gpu_scale_relu_matches_interpreter(n):
 def test_gpu_tile_add_2d_matches_interpreter(M, N):
     rng = np.random.default_rng(M * N)
     a, b = (rng.standard_normal((M, N)).astype(np.float32) for _ in range(2))
-    got, expected = _run_both(kernels.tile_add_2d, [a, b, np.full((M, N), np.nan, np.float32),
+    got, expected = run_both(kernels.tile_add_2d, [a, b, np.full((M, N), np.nan, np.float32),
                                                     M, N], {})
     assert np.array_equal(got[2], expected[2])
 
@@ -192,5 +178,5 @@ def test_gpu_dequant_int8_matches_interpreter(n):
     rng = np.random.default_rng(n)
     q = rng.integers(-128, 128, n).astype(np.int8)
     s = rng.uniform(0.01, 1, -(-n // 1024)).astype(np.float16)
-    got, expected = _run_both(kernels.dequant_int8, [q, s, np.full(n, np.nan, np.float16), n], {})
+    got, expected = run_both(kernels.dequant_int8, [q, s, np.full(n, np.nan, np.float16), n], {})
     assert np.array_equal(got[2], expected[2])

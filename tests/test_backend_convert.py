@@ -3,12 +3,12 @@
 quantized matmul example compiled for every weight type (CPU), then run against the
 interpreter (GPU)."""
 
-import importlib.util
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_harness import load_module, run_both
 
 from tilevm import dtypes
 from tilevm.backend.passes.convert_layouts import convert_layouts
@@ -27,17 +27,12 @@ from tilevm.layouts import local, replicated, spatial
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-ck = _load(Path(__file__).resolve().parent / "kernels" / "convert_kernels.py")
-qmm = _load(ROOT / "examples" / "quantized_matmul.py")
-matmul = _load(ROOT / "examples" / "matmul.py")
-softmax = _load(ROOT / "examples" / "softmax.py")
+ck = load_module(Path(__file__).resolve().parent / "kernels" / "convert_kernels.py")
+qmm = load_module(ROOT / "examples" / "quantized_matmul.py")
+matmul = load_module(ROOT / "examples" / "matmul.py")
+softmax = load_module(ROOT / "examples" / "softmax.py")
 
 QMM_DTYPES = ["int2", "int3", "int4", "uint4", "int5", "int6", "int8", "f3e1m1", "f4e2m1",
               "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2"]
@@ -140,14 +135,6 @@ def test_examples_still_compile(arch):
 
 # ---- on the GPU ------------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants):
-    from tilevm.backend.launch import launch_program
-
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 def _dot_bound(av, bv, k):
@@ -167,7 +154,7 @@ def test_gpu_qmm_matches_interpreter(wdtype, group_size):
     K = group_size * int(rng.integers(1, 4))
     args, constants = qmm.example_inputs(rng, M=M, N=N, K=K, wdtype=wdtype,
                                          group_size=group_size)
-    got, expected = _run_both(qmm.quantized_matmul, args, constants)
+    got, expected = run_both(qmm.quantized_matmul, args, constants)
     x, w, scales = args[:3]
     w16 = qmm.dequantize(w, scales, wdtype, group_size).astype(np.float16).astype(np.float64)
     out, ref = got[3].astype(np.float64), expected[3].astype(np.float64)
@@ -183,12 +170,12 @@ def test_gpu_elementwise_conversions_match_interpreter(M, N):
     x, z = (rng.standard_normal((M, N)).astype(np.float32) for _ in range(2))
     s = rng.standard_normal((1, N)).astype(np.float32)
     y = np.full((M, N), np.nan, np.float32)
-    got, expected = _run_both(ck.add_pinned, [x, z, s, y, M, N], {})
+    got, expected = run_both(ck.add_pinned, [x, z, s, y, M, N], {})
     assert np.array_equal(got[3], expected[3])
     xs = rng.standard_normal((M, N)).astype(np.float16)
     ss = rng.standard_normal((1, N)).astype(np.float16)
     ys = np.full((M, N), np.nan, np.float16)
-    got, expected = _run_both(ck.scale_rows, [xs, ss, ys, M, N], {})
+    got, expected = run_both(ck.scale_rows, [xs, ss, ys, M, N], {})
     assert np.array_equal(got[2], expected[2])
 
 
@@ -200,7 +187,7 @@ def test_gpu_dot_conversions_match_interpreter(kernel, M, N, K):
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
     out = np.full((M, N), np.nan, np.float32)
-    got, expected = _run_both(kernel, [a, b, out, M, N, K], {})
+    got, expected = run_both(kernel, [a, b, out, M, N, K], {})
     av, bv = a.astype(np.float64), b.astype(np.float64)
     bound = 4 * (K + 2) * 2.0**-24 * (np.abs(av) @ np.abs(bv))
     assert np.all(np.abs(got[2].astype(np.float64) - expected[2]) <= bound)

@@ -5,12 +5,12 @@ against the interpreter (GPU, marked `gpu`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_harness import load_module, run_both
 
 from tilevm import dtypes
 from tilevm.backend import ptxas
@@ -25,14 +25,9 @@ from tilevm.layouts.swizzle import Swizzle
 ARCHES = ("sm_80", "sm_90")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-lk = _load(Path(__file__).resolve().parent / "kernels" / "ldmatrix_kernels.py")
+lk = load_module(Path(__file__).resolve().parent / "kernels" / "ldmatrix_kernels.py")
 
 
 # ---- the selection, against the ISA -------------------------------------------------------
@@ -174,14 +169,6 @@ def test_shared_memory_matmuls_compile_to_ldmatrix_without_spills(kernel, consta
 
 # ---- on the GPU ---------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants):
-    from tilevm.backend.launch import launch_program
-
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 def _bound(av, bv, k, out_dtype):
@@ -217,7 +204,7 @@ def test_gpu_shared_memory_matmuls_match_interpreter(shape, kernel, dtype, out, 
 
     args = [to_host(av, dtype), to_host(bv, dtype),
             np.full((M, N), np.nan, np.float16 if out == "f16" else np.float32), M, N, K]
-    got, expected = _run_both(kernel, args, constants)
+    got, expected = run_both(kernel, args, constants)
     res, ref = got[2].astype(np.float64), expected[2].astype(np.float64)
     assert not np.isnan(res).any()
     assert np.all(np.abs(res - ref) <= _bound(av, bv, K, out))

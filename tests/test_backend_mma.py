@@ -4,12 +4,12 @@ the PTX (CPU), and compiled kernels against the interpreter (GPU, marked `gpu`).
 
 from __future__ import annotations
 
-import importlib.util
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_harness import load_module, run_both
 
 from tilevm import dtypes
 from tilevm.backend import ptxas
@@ -25,15 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCHES = ("sm_80", "sm_90")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-mk = _load(Path(__file__).resolve().parent / "kernels" / "mma_kernels.py")
-matmul_module = _load(ROOT / "examples" / "matmul.py")
+mk = load_module(Path(__file__).resolve().parent / "kernels" / "mma_kernels.py")
+matmul_module = load_module(ROOT / "examples" / "matmul.py")
 matmul = matmul_module.matmul
 
 
@@ -210,14 +205,6 @@ def test_dot_without_a_tensor_core_instruction_is_an_error():
 
 # ---- on the GPU ---------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants):
-    from tilevm.backend.launch import launch_program
-
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 def _bound(av, bv, cv, k, out_dtype):
@@ -246,7 +233,7 @@ def test_gpu_matmul_example_matches_interpreter(shape, constants):
     rng = np.random.default_rng(zlib.crc32(repr((shape, constants)).encode()))
     sizes = {} if isinstance(shape, int) else dict(zip("MNK", shape))
     args, _ = matmul_module.example_inputs(rng, **sizes)
-    got, expected = _run_both(matmul, args, constants)
+    got, expected = run_both(matmul, args, constants)
     a, b = args[0].astype(np.float64), args[1].astype(np.float64)
     out, ref = got[2].astype(np.float64), expected[2].astype(np.float64)
     assert not np.isnan(out).any()
@@ -271,7 +258,7 @@ def test_gpu_dot_matches_interpreter(M, N, K, kernel, dtype, acc, constants):
     a_host = av.astype(np.float32) if kernel is mk.dot_through_cast else to_host(av, dtype)
     args = [a_host, to_host(bv, dtype), to_host(cv, acc),
             np.full((M, N), np.nan, np.float16 if acc == "f16" else np.float32), M, N, K]
-    got, expected = _run_both(kernel, args, constants)
+    got, expected = run_both(kernel, args, constants)
     out = got[3].astype(np.float64)
     ref = expected[3].astype(np.float64)
     assert not np.isnan(out).any()
@@ -290,6 +277,6 @@ def test_gpu_integer_dot_is_exact(M, N, K, kernel, dtype):
     a = rng.integers(lo, hi, (M, K)).astype(np_dtype)
     b = rng.integers(lo, hi, (K, N)).astype(np_dtype)
     c = rng.integers(-2**20, 2**20, (M, N)).astype(np.int32)
-    got, expected = _run_both(kernel, [a, b, c, np.zeros((M, N), np.int32), M, N, K], {})
+    got, expected = run_both(kernel, [a, b, c, np.zeros((M, N), np.int32), M, N, K], {})
     assert np.array_equal(got[3], expected[3])
     assert np.array_equal(got[3], a.astype(np.int64) @ b.astype(np.int64) + c)

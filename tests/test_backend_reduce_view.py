@@ -5,13 +5,13 @@ interpreter on random ragged inputs (GPU, marked `gpu`)."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 from pathlib import Path
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
+from kernel_harness import load_module, run_both
 
 from tilevm.backend import ptxas
 from tilevm.backend.arith import llvm_type
@@ -26,15 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCHES = ("sm_80", "sm_90")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-k = _load(Path(__file__).resolve().parent / "kernels" / "reduce_view_kernels.py")
-softmax = _load(ROOT / "examples" / "softmax.py")
+k = load_module(Path(__file__).resolve().parent / "kernels" / "reduce_view_kernels.py")
+softmax = load_module(ROOT / "examples" / "softmax.py")
 
 REDUCTIONS = [k.row_reduce_f32, k.row_reduce_f16, k.col_reduce_f32, k.col_reduce_i32,
               k.col_reduce_3warps, k.rows_in_registers, k.block_total, softmax.softmax_f32,
@@ -189,15 +184,6 @@ def test_view_bit_array_matches_pack(view_jit, s, o, n_src):
 
 # ---- on the GPU ------------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants=None):
-    from tilevm.backend.launch import launch_program
-
-    constants = constants or {}
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 def _close_sums(got, expected, x, axis, dtype):
@@ -218,7 +204,7 @@ def test_gpu_row_reduce_matches_interpreter(dtype, M, N):
     x = (rng.standard_normal((M, N)) * 4).astype(np_type)
     x[M // 2, N // 3] = np.nan  # max and min propagate NaN
     outs = [np.full((M, 1), 7, np_type) for _ in range(3)]
-    got, expected = _run_both(kernel, [x, *outs, M, N])
+    got, expected = run_both(kernel, [x, *outs, M, N])
     assert np.array_equal(got[2], expected[2], equal_nan=True)
     assert np.array_equal(got[3], expected[3], equal_nan=True)
     assert np.isnan(got[2][M // 2, 0]) and np.isnan(got[3][M // 2, 0])
@@ -236,7 +222,7 @@ def test_gpu_col_reduce_matches_interpreter(kernel, M, N):
     M = min(M, limit)
     x = rng.standard_normal((M, N)).astype(np.float32)
     outs = [np.full(N, 7, np.float32) for _ in range(3)]
-    got, expected = _run_both(kernel, [x, *outs, M, N])
+    got, expected = run_both(kernel, [x, *outs, M, N])
     # Rows past M load 0: the interpreter and the GPU both see them.
     padded = np.zeros((limit, N), np.float32)
     padded[:M] = x
@@ -250,7 +236,7 @@ def test_gpu_integer_col_reduce_is_exact(M, N):
     rng = np.random.default_rng(M * N)
     x = rng.integers(-2 ** 31, 2 ** 31, (M, N)).astype(np.int32)  # the sums wrap
     outs = [np.full(N, 7, np.int32) for _ in range(3)]
-    got, expected = _run_both(k.col_reduce_i32, [x, *outs, M, N])
+    got, expected = run_both(k.col_reduce_i32, [x, *outs, M, N])
     for i in (1, 2, 3):
         assert np.array_equal(got[i], expected[i])
 
@@ -260,7 +246,7 @@ def test_gpu_integer_col_reduce_is_exact(M, N):
 def test_gpu_block_total_matches_interpreter(n):
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     blocks = -(-n // 1024)
-    got, expected = _run_both(k.block_total, [x, np.zeros(blocks, np.float32),
+    got, expected = run_both(k.block_total, [x, np.zeros(blocks, np.float32),
                                               np.zeros(blocks, np.float32), n])
     padded = np.zeros(blocks * 1024, np.float32)
     padded[:n] = x
@@ -273,7 +259,7 @@ def test_gpu_in_thread_reduction_matches_interpreter():
     rng = np.random.default_rng(5)
     M, N = 300, 6
     x = rng.standard_normal((M, N)).astype(np.float32)
-    got, expected = _run_both(k.rows_in_registers, [x, np.full(M, 7, np.float32), M, N])
+    got, expected = run_both(k.rows_in_registers, [x, np.full(M, 7, np.float32), M, N])
     _close_sums(got[1], expected[1], np.pad(x, ((0, 0), (0, 2))), 1, "f32")
 
 
@@ -284,7 +270,7 @@ def test_gpu_in_thread_reduction_matches_interpreter():
 def test_gpu_softmax_matches_interpreter(kernel, M, N):
     rng = np.random.default_rng(M * N)
     args, constants = softmax.example_inputs(rng, kernel, M=M, N=N)
-    got, expected = _run_both(kernel, args, constants)
+    got, expected = run_both(kernel, args, constants)
     tol = 2e-6 if kernel is softmax.softmax_f32 else 2 ** -10
     g, e = got[1].astype(np.float64), expected[1].astype(np.float64)
     assert np.all(np.abs(g - e) <= tol * np.abs(e) + 1e-7)
@@ -303,7 +289,7 @@ def test_gpu_dequantize_matches_interpreter(wdtype, K, N):
     w = rng.integers(0, 256, (K, N * b // 8)).astype(np.uint8)
     scales = rng.uniform(0.25, 2, (1, N)).astype(np.float16)
     out = np.full((K, N), np.nan, np.float16)
-    got, expected = _run_both(kernel, [w, scales, out, K, N])
+    got, expected = run_both(kernel, [w, scales, out, K, N])
     assert np.array_equal(got[2], expected[2], equal_nan=True)
     # and numpy's own decoding of the packed codes
     codes = np.stack([unpack(row, b, N) for row in w])
@@ -320,7 +306,7 @@ def test_gpu_view_round_trip_matches_interpreter(wdtype):
     K = 100
     rng = np.random.default_rng(b)
     w = rng.integers(0, 256, (K, b)).astype(np.uint8)
-    got, expected = _run_both(kernel, [w, np.zeros_like(w), np.full((K, 8), np.nan, np.float32),
+    got, expected = run_both(kernel, [w, np.zeros_like(w), np.full((K, 8), np.nan, np.float32),
                                        K])
     assert np.array_equal(got[1], w) and np.array_equal(expected[1], w)
     assert np.array_equal(got[2], expected[2], equal_nan=True)
@@ -330,5 +316,5 @@ def test_gpu_view_round_trip_matches_interpreter(wdtype):
 def test_gpu_view_of_halves_as_bytes():
     n = 700
     x = np.random.default_rng(0).standard_normal(n).astype(np.float16)
-    got, expected = _run_both(k.half_bytes, [x, np.zeros(2 * n, np.uint8), n])
+    got, expected = run_both(k.half_bytes, [x, np.zeros(2 * n, np.uint8), n])
     assert np.array_equal(got[1], x.view(np.uint8)) and np.array_equal(expected[1], got[1])

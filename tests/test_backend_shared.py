@@ -4,7 +4,6 @@ shared loads/stores and `copy_async` to PTX (CPU), and the kernels against the i
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kernel_harness import load_module, run_both
 from program_strategies import valid_programs
 
 from tilevm.backend import ptxas
@@ -37,14 +37,9 @@ ARCHES = ("sm_80", "sm_90")
 I32 = parse("int32")
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_k_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-k = _load(KERNELS)
+k = load_module(KERNELS)
 
 
 # ---- building planner inputs ----------------------------------------------------------------
@@ -176,7 +171,7 @@ def test_the_pass_runs_after_layout_inference_and_lays_out_every_use():
 
 def test_empty_program_needs_no_shared_memory():
     assert _plan(SYNC).total_bytes == 0
-    assert compile_program(_load(KERNELS.parent / "backend_kernels.py").tile_add_2d.specialize()
+    assert compile_program(load_module(KERNELS.parent / "backend_kernels.py").tile_add_2d.specialize()
                            ).shared_bytes == 0
 
 
@@ -347,15 +342,6 @@ def test_sub_byte_shared_tiles_are_not_supported_yet():
 
 # ---- on the GPU -------------------------------------------------------------------------------
 
-def _run_both(kernel, args, constants):
-    """Run a kernel compiled on the GPU and in the interpreter; return both outputs."""
-    from tilevm.backend.launch import launch_program
-
-    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    kernel.interpret(*expected, **constants)
-    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    launch_program(kernel.specialize(**constants), got)
-    return got, expected
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -373,7 +359,7 @@ def _random(rng, shape, dtype):
 def test_gpu_transpose_matches_interpreter(M, N):
     rng = np.random.default_rng(M * 1000 + N)
     x = _random(rng, (M, N), np.float16)
-    got, expected = _run_both(k.transpose, [x, np.full((N, M), np.nan, np.float16), M, N], {})
+    got, expected = run_both(k.transpose, [x, np.full((N, M), np.nan, np.float16), M, N], {})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
     assert np.array_equal(got[1], x.T)
 
@@ -393,7 +379,7 @@ def test_gpu_async_copy_matches_interpreter(dtype, aligned, M, N):
     ld = ld8 * 8 if aligned else N
     x = _random(rng, (M, ld), np_dtype)
     y = np.full((M, ld), 77, np_dtype)  # poisoned, also outside the view
-    got, expected = _run_both(kernel, [x, y, M, N, ld8], {"aligned": aligned})
+    got, expected = run_both(kernel, [x, y, M, N, ld8], {"aligned": aligned})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
     assert np.array_equal(got[1][:, :N], x[:, :N])
 
@@ -403,7 +389,7 @@ def test_gpu_copy_with_more_than_48_kib_of_shared_memory():
     M, N = 300, 1000
     rng = np.random.default_rng(5)
     x = _random(rng, (M, 1000), np.float16)
-    got, expected = _run_both(k.async_copy_f16, [x, np.zeros_like(x), M, N, N // 8],
+    got, expected = run_both(k.async_copy_f16, [x, np.zeros_like(x), M, N, N // 8],
                               {"bm": 128, "bn": 128})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
 
@@ -419,6 +405,6 @@ def test_gpu_shared_roundtrip_matches_interpreter(dtype, M, N):
     kernel, np_dtype = _ROUNDTRIPS[dtype]
     rng = np.random.default_rng(M + N)
     x = _random(rng, (M, N), np_dtype)
-    got, expected = _run_both(kernel, [x, np.full((M, N), 99, np_dtype), M, N], {})
+    got, expected = run_both(kernel, [x, np.full((M, N), 99, np_dtype), M, N], {})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
     assert np.array_equal(got[1], x)

@@ -55,10 +55,8 @@ BAD = ADD_ONE.replace("add.f32 %f2, %f1, 0f3F800000;", "add.f32 %f2, %f1, %f9;")
 
 @pytest.fixture(scope="module")
 def have_ptxas() -> str:
-    try:
-        return find_ptxas()
-    except PtxasNotFoundError as exc:
-        pytest.skip(str(exc))
+    # ptxas comes with the test extras (nvidia-cuda-nvcc): missing, it is a failure.
+    return find_ptxas()
 
 
 def test_valid_kernel_reports_registers(have_ptxas: str) -> None:
