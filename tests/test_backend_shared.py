@@ -171,8 +171,8 @@ def test_the_pass_runs_after_layout_inference_and_lays_out_every_use():
 
 def test_empty_program_needs_no_shared_memory():
     assert _plan(SYNC).total_bytes == 0
-    assert compile_program(load_module(KERNELS.parent / "backend_kernels.py").tile_add_2d.specialize()
-                           ).shared_bytes == 0
+    tile_add = load_module(KERNELS.parent / "backend_kernels.py").tile_add_2d
+    assert compile_program(tile_add.specialize()).shared_bytes == 0
 
 
 # ---- the planner: properties ----------------------------------------------------------------
