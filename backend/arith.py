@@ -66,6 +66,34 @@ def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType
     return b.sext(value, dst_ty) if src.is_signed else b.zext(value, dst_ty)
 
 
+def pairs_convert(src: DataType, dst: DataType) -> bool:
+    """Whether `convert_values` converts src -> dst two registers at a time: low-bit codes
+    (1..8-bit integers and floats, held in i1/i8 registers) into f16/bf16, exactly."""
+    return (src.is_lowbit and dst.name in ("f16", "bf16")
+            and conversions.is_exact(src, dst))
+
+
+def convert_values(b: ir.IRBuilder, values: list[ir.Value], src: DataType,
+                   dst: DataType) -> list[ir.Value]:
+    """Many values from `src` to `dst`, bit-identical to `convert_value` on each. Low-bit
+    codes into f16/bf16 (`pairs_convert`) go two registers at a time: the pair word
+    `zext(c0 & mask) | zext(c1 & mask) << 16` and one `<2 x half|bfloat>` float op
+    (`conversions.emit_convert_pair`); an odd last register is converted alone."""
+    if not pairs_convert(src, dst):
+        return [convert_value(b, v, src, dst) for v in values]
+    mask = ir.Constant(I32, (1 << src.bits) - 1)
+    out: list[ir.Value] = []
+    for i in range(0, len(values) - 1, 2):
+        lo, hi = (b.and_(b.zext(v, I32) if v.type.width < 32 else v, mask)
+                  for v in values[i:i + 2])
+        word = b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+        pair = conversions.emit_convert_pair(b, word, src, dst)
+        out += [b.extract_element(pair, ir.Constant(I32, j)) for j in (0, 1)]
+    if len(values) % 2:
+        out.append(conversions.emit_convert(b, values[-1], src, dst))
+    return out
+
+
 def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type],
               params: list[ir.Type] | None = None) -> ir.Function:
     """The overloaded intrinsic `name.<suffix of args>`; `params` are its parameter types

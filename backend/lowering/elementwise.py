@@ -11,7 +11,7 @@ from tilevm.ir import instructions as ins
 if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
-from tilevm.backend.arith import convert_value, tile_op
+from tilevm.backend.arith import convert_values, tile_op
 from tilevm.ir.types import Tensor
 
 
@@ -27,8 +27,7 @@ def lower_assign(cg: KernelCodegen, inst: ins.Assign) -> None:
 
 def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     values = cg.operand_values(inst.src, inst.out)
-    cg.define(inst.out, [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype)
-                           for v in values])
+    cg.define(inst.out, convert_values(cg.b, values, inst.src.dtype, inst.out.dtype))
 
 def lower_elementwise(cg: KernelCodegen, inst: ins.Elementwise) -> None:
     dtype = next(a.dtype for a in inst.args if isinstance(a, Tensor))

@@ -1,0 +1,187 @@
+"""`cast` of low-bit codes to f16/bf16 converts two registers at a time
+(`arith.convert_values`: one pair word, `conversions.emit_convert_pair`, one
+`<2 x half|bfloat>` float op). CPU: the cast's LLVM IR and PTX use the paired form for
+every exact (low-bit type, f16/bf16) pair; a CPU JIT checks, for every pair of codes,
+that it is bit-identical to the per-element `convert_value`. GPU (marked `gpu`): the
+kernel against the interpreter (the dequantize and quantized matmul GPU tests of
+test_backend_reduce_view.py and test_backend_convert.py cover the rest)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+from kernel_harness import run_both
+
+import tilevm as tv
+from tilevm.backend import conversions as cv
+from tilevm.backend.arith import convert_value, convert_values, llvm_type, pairs_convert
+from tilevm.backend.pipeline import compile_program
+from tilevm.dtypes import decode, lowbit_dtypes, pack, parse
+from tilevm.layouts import local
+
+SOURCES = list(lowbit_dtypes())
+TARGETS = (parse("f16"), parse("bf16"))
+EXACT = [(s, d) for s in SOURCES for d in TARGETS if cv.is_exact(s, d)]
+I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
+PTR = ir.PointerType()
+
+
+def make_cast(wdtype, dst, num_warps: int = 1):
+    """`out[R, 8*T] = dst(w)`: `w` is b-bit codes packed in bytes `[R, T*b]`; each thread
+    holds one row-run of b bytes, viewed as 8 codes (4 pairs), cast to dst."""
+    b = wdtype.bits
+
+    @tv.kernel(num_warps=num_warps)
+    def cast_codes(w: tv.ptr(tv.uint8, const=True), out: tv.ptr(dst), R: tv.int32):
+        t0 = num_warps * 32 // 4
+        tv.grid(tv.cdiv(R, t0))
+        gw = tv.global_view(w, [R, 4 * b])
+        go = tv.global_view(out, [R, 32])
+        r0 = tv.block_idx(0) * t0
+        packed = tv.load_global(gw, [r0, 0], [t0, 4 * b],
+                                layout=local(1, 1).spatial(t0, 4).local(1, b))
+        codes = tv.view(packed, wdtype, [t0, 32], local(1, 1).spatial(t0, 4).local(1, 8))
+        tv.store_global(go, tv.cast(codes, dst), [r0, 0])
+
+    cast_codes.name = f"cast_{wdtype}_{dst}"
+    return cast_codes
+
+
+def _float_ops(text: str, ty: str) -> tuple[int, int]:
+    """(paired, scalar) float ops on `ty` (half or bfloat) in LLVM IR text."""
+    ops = r"(?:fadd|fsub|fmul|fneg|fptrunc|fpext|sitofp|uitofp)"
+    paired = len(re.findall(rf"= {ops} (?:\w+ )*<2 x {ty}>", text))
+    scalar = len(re.findall(rf"= {ops} (?:\w+ )*{ty}\b", text))
+    return paired, scalar
+
+
+@pytest.mark.parametrize("src, dst", EXACT, ids=[f"{s}-{d}" for s, d in EXACT])
+def test_cast_of_codes_is_paired(src, dst):
+    assert pairs_convert(src, dst)
+    compiled = compile_program(make_cast(src, dst).specialize(), "sm_90")
+    ty = str(cv.float_ir_type(dst))
+    paired, scalar = _float_ops(compiled.llvm_ir, ty)
+    ops = cv.conversion_rule(src, dst).float_ops  # 0 (f8e5m2 -> f16) or 1 per pair
+    assert (paired, scalar) == (4 * ops, 0)  # 8 codes per thread: 4 pairs
+    ptx = compiled.ptx
+    lanes = "f16x2" if dst.name == "f16" else "bf16x2"
+    vector_ops = len(re.findall(rf"\b(?:add|sub|mul|fma)\.rn\.{lanes}\b", ptx))
+    scalar_ops = len(re.findall(rf"\b(?:add|sub|mul|fma)\.rn\.{dst.name}\b", ptx))
+    assert (vector_ops, scalar_ops) == (4 * ops, 0), ptx
+    assert "cvt.rn.f16" not in ptx and "cvt.rn.bf16" not in ptx
+
+
+@pytest.mark.parametrize("src", [s for s in SOURCES if not cv.is_exact(s, "f16")])
+def test_inexact_casts_are_not_paired(src):
+    assert not pairs_convert(src, parse("f16")) and pairs_convert(src, parse("bf16"))
+    assert not pairs_convert(src, parse("f32"))
+
+
+def _registers(src) -> np.ndarray:
+    """Every code of src as its register holds it in an i8 (signed sub-byte integers
+    sign-extended, as `view` leaves them; 1-bit codes are i1 registers, loaded from i8)."""
+    codes = np.arange(1 << src.bits, dtype=np.int64)
+    if src.is_integer and src.is_signed and 1 < src.bits < 8:
+        codes = np.where(codes >= 1 << (src.bits - 1), codes - (1 << src.bits), codes)
+    return codes.astype(np.int8 if src.is_signed else np.uint8).view(np.uint8)
+
+
+def _pair_function(module: ir.Module, src, dst) -> None:
+    """`void f(ptr in, ptr out, i32 n)`: for each of the n triples of i8 registers at
+    in[3i..3i+3), out[6i..6i+6) gets convert_values of the three (two paired, one alone)
+    and then convert_value of each, as i16 bit patterns."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I32]),
+                     f"pairs_{src.name}_{dst.name}")
+    src_p, dst_p, n = fn.args
+    entry, loop, done = (fn.append_basic_block(x) for x in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_signed(">", n, I32(0)), loop, done)
+    b.position_at_end(loop)
+    i = b.phi(I32)
+    i.add_incoming(I32(0), entry)
+    reg = llvm_type(src)
+    regs = []
+    for j in range(3):
+        at = b.add(b.mul(i, I32(3)), I32(j))
+        v = b.load(b.gep(src_p, [at], source_etype=I8), typ=I8)
+        regs.append(b.trunc(v, reg) if reg != I8 else v)
+    results = convert_values(b, regs, src, dst) + [convert_value(b, v, src, dst) for v in regs]
+    for j, value in enumerate(results):
+        at = b.add(b.mul(i, I32(6)), I32(j))
+        b.store(b.bitcast(value, I16), b.gep(dst_p, [at], source_etype=I16))
+    nxt = b.add(i, I32(1))
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+@pytest.fixture(scope="module")
+def pairs_jit():
+    module = ir.Module(name="cast_pairs")
+    module.triple = llvm.get_process_triple()
+    for src, dst in EXACT:
+        _pair_function(module, src, dst)
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                           features=llvm.get_host_cpu_features().flatten(),
+                                           opt=2)  # the host's half support (F16C)
+    engine = llvm.create_mcjit_compiler(parsed, machine)
+    engine.finalize_object()
+    return engine
+
+
+def _as_float(bits: np.ndarray, dst) -> np.ndarray:
+    """f16 / bf16 bit patterns (uint16) as float64."""
+    if dst.name == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("src, dst", EXACT, ids=[f"{s}-{d}" for s, d in EXACT])
+def test_paired_cast_is_bit_identical_to_per_element(pairs_jit, src, dst):
+    regs = _registers(src)
+    first, second = (a.ravel() for a in np.meshgrid(regs, regs, indexing="ij"))
+    third = np.resize(regs[::-1], first.size)  # the odd register, converted alone
+    triples = np.ascontiguousarray(np.stack([first, second, third], axis=1))
+    out = np.zeros((first.size, 6), np.uint16)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+        pairs_jit.get_function_address(f"pairs_{src.name}_{dst.name}"))
+    fn(triples.ctypes.data, out.ctypes.data, first.size)
+    assert np.array_equal(out[:, :3], out[:, 3:])  # the very same bits as per element
+    # and the values decode gives (NaN for NaN; the sign of zero kept)
+    codes = np.arange(1 << src.bits)
+    expected = decode(codes, src)
+    as_float = _as_float(out[:, 3], dst)
+    want = expected[np.repeat(codes, codes.size)]
+    assert np.array_equal(as_float, want, equal_nan=True)
+    assert np.array_equal(np.signbit(as_float), np.signbit(want))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("src, dst", [("int4", "f16"), ("int4", "bf16"), ("uint8", "bf16"),
+                                      ("int8", "bf16"), ("f4e2m1", "bf16"),
+                                      ("f8e4m3", "bf16"), ("f8e5m2", "f16"),
+                                      ("f6e5m0", "bf16"), ("int1", "f16"), ("f3e1m1", "f16")])
+def test_gpu_paired_cast_matches_interpreter(src, dst):
+    src, dst = parse(src), parse(dst)
+    rows = 19
+    rng = np.random.default_rng(src.bits)
+    codes = rng.integers(0, 1 << src.bits, (rows, 32))
+    w = np.stack([pack(row, src.bits) for row in codes]).astype(np.uint8)
+    out = np.zeros((rows, 32), np.float16 if dst.name == "f16" else np.uint16)
+    got, expected = run_both(make_cast(src, dst), [w, out, rows])
+    got_v, want_v = (_as_float(np.asarray(r[1]).view(np.uint16), dst) for r in (got, expected))
+    # the same bits, but for a NaN's payload (the interpreter's NaN is numpy's)
+    assert np.array_equal(got_v, want_v, equal_nan=True)
+    assert np.array_equal(np.signbit(got_v[~np.isnan(got_v)]),
+                          np.signbit(want_v[~np.isnan(want_v)]))
