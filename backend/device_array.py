@@ -25,24 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from tilevm.dtypes import DataType, packed_size, parse
+from tilevm.dtypes import DataType, host_dtype, packed_size, parse
 
 __all__ = ["DeviceArray", "host_dtype"]
 
-_IEEE = {"f16": np.float16, "f32": np.float32}
+# Host arrays follow `tilevm.dtypes.host_dtype`; without a dtype, a numpy array maps back:
 _FROM_NUMPY = {"float16": "f16", "float32": "f32", "int8": "int8", "uint8": "uint8",
                "int16": "int16", "uint16": "uint16", "int32": "int32", "uint32": "uint32",
                "int64": "int64", "uint64": "uint64"}
-
-
-def host_dtype(dtype: DataType | str) -> np.dtype:
-    """The numpy dtype of the bytes that hold elements of `dtype` (module docstring)."""
-    dtype = parse(dtype)
-    if dtype.name in _IEEE:
-        return np.dtype(_IEEE[dtype.name])
-    if dtype.bits < 8 or dtype.is_float:
-        return np.dtype(dtype.code_dtype)
-    return np.dtype(f"{'int' if dtype.is_signed else 'uint'}{dtype.bits}")
 
 
 def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:

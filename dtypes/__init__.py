@@ -8,7 +8,7 @@
 The special-value and rounding policy is in docs/dtypes.md.
 """
 
-from tilevm.dtypes.codec import decode, encode
+from tilevm.dtypes.codec import decode, encode, host_dtype
 from tilevm.dtypes.datatype import (
     DataType,
     DTypeError,
@@ -23,7 +23,8 @@ from tilevm.dtypes.table import summary_table, value_table
 
 __all__ = [
     "DataType", "DTypeError", "Kind", "Specials", "all_dtypes", "lowbit_dtypes", "parse",
-    "decode", "encode", "pack", "packed_size", "unpack", "summary_table", "value_table",
+    "decode", "encode", "host_dtype", "pack", "packed_size", "unpack", "summary_table",
+    "value_table",
 ]
 
 

@@ -126,3 +126,21 @@ def _encode_float(x: np.ndarray, nan: np.ndarray, dtype: DataType) -> np.ndarray
     if dtype.nan_code is not None:
         code = np.where(nan, np.uint64(dtype.nan_code), code)
     return code
+
+
+_NUMPY_FLOATS = {"f16": np.float16, "f32": np.float32}
+
+
+def host_dtype(dtype: DataType | str) -> np.dtype:
+    """The numpy dtype of host arrays holding elements of `dtype` (kernel arguments, the
+    interpreter's and the device arrays' convention): float16/float32 for f16/f32, the
+    numpy integer type for 8..64-bit integers, and the codes (`DataType.code_dtype`)
+    for everything else: uint16 for bf16, uint8 for 8-bit floats and, as densely packed
+    bytes (`pack`), for every sub-byte type."""
+    dtype = parse(dtype)
+    if dtype.name in _NUMPY_FLOATS:
+        return np.dtype(_NUMPY_FLOATS[dtype.name])
+    if dtype.bits < 8 or dtype.is_float:
+        return np.dtype(dtype.code_dtype)
+    return np.dtype(f"{'int' if dtype.is_signed else 'uint'}{dtype.bits}")
+

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tilevm.dtypes import DataType, DTypeError, decode, encode, parse
+from tilevm.dtypes import DataType, DTypeError, decode, encode, host_dtype, parse
 from tilevm.ir.errors import VMError
 
 F32 = parse("f32")
@@ -337,20 +337,8 @@ def _integer_op(op: str, args: list[tuple[np.ndarray, DataType]], out: DataType)
 
 # ---- arguments ---------------------------------------------------------------------------
 
-_IEEE_NUMPY = {"f16": np.float16, "f32": np.float32}
-
-
-def array_dtype(dtype: DataType | str) -> np.dtype:
-    """The numpy dtype of the host array that holds elements of `dtype` for a pointer
-    argument: the matching numpy type for 8/16/32/64-bit integers, float16/float32 for
-    f16/f32, uint16 codes for bf16, uint8 codes for 8-bit float formats, and uint8
-    densely packed bytes for every sub-byte type."""
-    dtype = parse(dtype)
-    if dtype.name in _IEEE_NUMPY:
-        return np.dtype(_IEEE_NUMPY[dtype.name])
-    if dtype.bits < 8 or dtype.is_float:
-        return np.dtype(dtype.code_dtype)
-    return np.dtype(f"{'int' if dtype.is_signed else 'uint'}{dtype.bits}")
+# The host-array convention is dtypes' (one rule for the interpreter and the runtime).
+array_dtype = host_dtype
 
 
 def to_host(values: np.ndarray | list, dtype: DataType | str) -> np.ndarray:
