@@ -15,12 +15,28 @@ layout algebra.
 __version__ = "0.1.0"
 
 from tilevm import dtypes, layouts  # noqa: E402  (after __version__: the CLI reads it)
+from tilevm.vm.frontend import Kernel  # noqa: E402
 from tilevm.vm.lang import *  # noqa: E402,F403  the kernel language is the top-level API
 from tilevm.vm.lang import __all__ as _lang_names  # noqa: E402
 from tilevm.vm.lang import __getattr__ as _dtype_by_name  # noqa: E402
 
 # `from tilevm import *` leaves Python's builtins alone; `tv.range`, `tv.sum`, ... stay.
-_SHADOWING = {"range", "sum", "max", "min", "print", "abs"}
+_SHADOWING = {"range", "sum", "max", "min", "print", "abs", "compile"}
+
+
+def compile(kernel: Kernel, *, arch: str | None = None, **constants):
+    """Compile `kernel` with its compile-time `constants` for the current GPU (or `arch`)
+    and return the loaded kernel: call it with the runtime arguments (PyTorch or CuPy
+    tensors, anything with `__cuda_array_interface__` or DLPack, `DeviceArray`s, Python
+    scalars) to launch it on the current stream, after the arguments are validated.
+
+        add = tv.compile(vector_add, block=1024)
+        add(x, y, out, n)            # torch tensors on the GPU
+
+    Compiled PTX is cached on disk (`TILEVM_CACHE_DIR`, default ~/.cache/tilevm)."""
+    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
+
+    return compiled_kernel(kernel.specialize(**constants), arch)
 __all__ = ["dtypes", "layouts", "__version__",
            *[name for name in _lang_names if name not in _SHADOWING]]
 

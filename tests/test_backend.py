@@ -180,3 +180,19 @@ def test_gpu_dequant_int8_matches_interpreter(n):
     s = rng.uniform(0.01, 1, -(-n // 1024)).astype(np.float16)
     got, expected = run_both(kernels.dequant_int8, [q, s, np.full(n, np.nan, np.float16), n], {})
     assert np.array_equal(got[2], expected[2])
+
+
+@pytest.mark.gpu
+def test_tv_compile_runs_with_torch_tensors():
+    torch = pytest.importorskip("torch")
+    import tilevm as tv
+
+    n = 5000
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.full((n,), float("nan"), device="cuda")
+    add = tv.compile(vector_add, block=1024)
+    add(x, y, out, n)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+    with pytest.raises(TypeError, match="x"):  # a CPU tensor is refused before launch
+        add(x.cpu(), y, out, n)
