@@ -169,7 +169,7 @@ class KernelCodegen:
     def expr(self, e: Expr, as_dtype: DataType | None = None) -> ir.Value:
         value = self._expr(e)
         if as_dtype is not None and as_dtype != e.dtype:
-            value = self.convert_scalar(value, e.dtype, as_dtype)
+            value = convert_value(self.b, value, e.dtype, as_dtype)
         return value
 
     def _expr(self, e: Expr) -> ir.Value:
@@ -185,7 +185,7 @@ class KernelCodegen:
         if isinstance(e, BlockIndex):
             return self._sreg(f"ctaid.{'xyz'[e.axis]}")
         if isinstance(e, ScalarCast):
-            return self.convert_scalar(self._expr(e.operand), e.operand.dtype, e.dtype)
+            return convert_value(self.b, self._expr(e.operand), e.operand.dtype, e.dtype)
         if isinstance(e, Select):
             return b.select(self._expr(e.cond), self.expr(e.if_true, e.dtype),
                             self.expr(e.if_false, e.dtype))
@@ -209,9 +209,6 @@ class KernelCodegen:
             promote(e.lhs.dtype, e.rhs.dtype)
         x, y = self.expr(e.lhs, operand), self.expr(e.rhs, operand)
         return scalar_binary(b, op, x, y, operand)
-
-    def convert_scalar(self, value: ir.Value, src: DataType, dst: DataType) -> ir.Value:
-        return convert_value(self.b, value, src, dst)
 
     # ---- helpers ----------------------------------------------------------------------------
     def _sreg(self, name: str) -> ir.Value:
@@ -329,7 +326,7 @@ class KernelCodegen:
     def i64(self, e: Expr | int) -> ir.Value:
         if isinstance(e, int):
             return ir.Constant(I64, e)
-        return self.convert_scalar(self._expr(e), e.dtype, _INT64)
+        return convert_value(self.b, self._expr(e), e.dtype, _INT64)
 
     def constant(self, value: int | float, dtype: DataType) -> ir.Value:
         ty = llvm_type(dtype)

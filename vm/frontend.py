@@ -419,34 +419,29 @@ def _no_tile(value: Any, op: str, instead: str) -> None:
         raise VMError(f"`{op}` on a tile is not elementwise; use {instead}")
 
 
-def _tv_and(first: Any, *rest: Callable[[], Any]) -> Any:
+def _tv_logic(op: str, first: Any, rest: tuple[Callable[[], Any], ...]) -> Any:
+    """Python's `and`/`or` (short-circuit, returning an operand) on Python values; on a
+    runtime Scalar, the IR's bool `and`/`or` of both sides."""
     value = first
     for thunk in rest:
-        _no_tile(value, "and", "&")
+        _no_tile(value, op, "&" if op == "and" else "|")
         if isinstance(value, Scalar):
             other = thunk()
-            _no_tile(other, "and", "&")
-            value = Scalar(Binary("and", fv.to_bool_expr(value), fv.to_bool_expr(other)))
-        elif not value:
+            _no_tile(other, op, "&" if op == "and" else "|")
+            value = Scalar(Binary(op, fv.to_bool_expr(value), fv.to_bool_expr(other)))
+        elif bool(value) != (op == "and"):  # `and` stops at a falsy value, `or` at a truthy
             return value
         else:
             value = thunk()
     return value
+
+
+def _tv_and(first: Any, *rest: Callable[[], Any]) -> Any:
+    return _tv_logic("and", first, rest)
 
 
 def _tv_or(first: Any, *rest: Callable[[], Any]) -> Any:
-    value = first
-    for thunk in rest:
-        _no_tile(value, "or", "|")
-        if isinstance(value, Scalar):
-            other = thunk()
-            _no_tile(other, "or", "|")
-            value = Scalar(Binary("or", fv.to_bool_expr(value), fv.to_bool_expr(other)))
-        elif value:
-            return value
-        else:
-            value = thunk()
-    return value
+    return _tv_logic("or", first, rest)
 
 
 def _tv_not(value: Any) -> Any:
