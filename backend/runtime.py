@@ -61,6 +61,7 @@ import numpy as np
 
 from tilevm.dtypes import DataType, encode, parse
 from tilevm.ir.errors import VMError
+from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import Binary, Const, Expr, ScalarCast, Select, Unary, Var, free_vars
 
 __all__ = [
@@ -362,62 +363,19 @@ class _Unknown(Exception):
     pass
 
 
-def _wrap(v: int, dtype: DataType) -> int:
-    if dtype.is_float:
-        raise _Unknown("float arithmetic")
-    bits = dtype.bits
-    v &= (1 << bits) - 1
-    if dtype.is_signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
+def _eval(e: Expr, env: Mapping[str, int | float]) -> int | float:
+    """A scalar expression's value over the scalar arguments (ir/evaluate.py, the
+    interpreter's semantics); `_Unknown` if it needs anything else."""
 
+    def lookup(var: Var) -> int | float:
+        if var.name not in env:
+            raise _Unknown(f"{var.name} is not a scalar argument")
+        return env[var.name]
 
-def _eval(e: Expr, env: Mapping[str, int | float]) -> int:
-    """An integer scalar expression's value (ir/expr.py semantics); `_Unknown` if it
-    needs anything but integer arithmetic over `env`."""
-    if isinstance(e, Const):
-        if isinstance(e.value, float) or e.dtype.is_float:
-            raise _Unknown("float constant")
-        return int(e.value)
-    if isinstance(e, Var):
-        if e.name not in env:
-            raise _Unknown(f"{e.name} is not a scalar argument")
-        v = env[e.name]
-        if isinstance(v, float):
-            raise _Unknown(f"{e.name} is a float")
-        return int(v)
-    if isinstance(e, ScalarCast):
-        return _wrap(_eval(e.operand, env), e.dtype)
-    if isinstance(e, Select):
-        return _eval(e.if_true, env) if _eval(e.cond, env) else _eval(e.if_false, env)
-    if isinstance(e, Unary):
-        a = _eval(e.operand, env)
-        if e.op == "not":
-            return int(not a)
-        return _wrap(-a if e.op == "-" else ~a, e.dtype)
-    if isinstance(e, Binary):
-        a, b = _eval(e.lhs, env), _eval(e.rhs, env)
-        op = e.op
-        cmp = {"<": a < b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, ">=": a >= b,
-               "and": bool(a) and bool(b), "or": bool(a) or bool(b)}
-        if op in cmp:
-            return int(cmp[op])
-        if op in ("//", "%", "cdiv"):
-            if b == 0:
-                raise _Unknown("division by zero")
-            r = a // b if op == "//" else a % b if op == "%" else -(-a // b)
-        elif op in ("<<", ">>"):
-            b = 128 if b < 0 else min(b, 128)
-            r = a << b if op == "<<" else a >> b
-        else:
-            ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
-                   "min": lambda: min(a, b), "max": lambda: max(a, b),
-                   "&": lambda: a & b, "|": lambda: a | b, "^": lambda: a ^ b}
-            if op not in ops:
-                raise _Unknown(f"operator {op}")
-            r = ops[op]()
-        return _wrap(r, e.dtype)
-    raise _Unknown(f"{type(e).__name__} expression")
+    try:
+        return evaluate(e, lookup)
+    except VMError as err:  # block_idx, a zero divisor, ...: not decidable before launch
+        raise _Unknown(err.message) from None
 
 
 # ---- describing device buffers (no driver needed) -----------------------------------------

@@ -17,13 +17,19 @@ Scalars (kernel arguments, loop variables, `let`s) are Python ints and floats.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from tilevm.dtypes import DataType, DTypeError, decode, encode, host_dtype, parse
 from tilevm.ir.errors import VMError
+from tilevm.ir.evaluate import (  # noqa: F401  (re-exported for the interpreter)
+    convert_scalar,
+    round_float_scalar,
+    scalar_binary,
+    scalar_unary,
+    wrap_int,
+)
 
 F32 = parse("f32")
 
@@ -122,121 +128,8 @@ def wrap(x: np.ndarray, dtype: DataType) -> np.ndarray:
     return low
 
 
-def wrap_int(v: int, dtype: DataType) -> int:
-    """A Python int reduced modulo 2**bits into `dtype`'s range."""
-    b = dtype.bits
-    v %= 1 << b
-    if dtype.is_signed and v >= 1 << (b - 1):
-        v -= 1 << b
-    return v
-
-
-def round_float_scalar(x: float, dtype: DataType) -> float:
-    """A Python float rounded to the float `dtype`."""
-    if dtype == F32:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return float(np.float32(x))
-    return float(round_to(np.float64(x), dtype))
-
-
-def convert_scalar(v: int | float | bool, dtype: DataType) -> int | float:
-    """The conversion of a scalar to `dtype` (a cast: RNE + saturation for integers,
-    RNE for floats)."""
-    if dtype.is_float:
-        return round_float_scalar(float(v), dtype)
-    if isinstance(v, float):
-        if math.isnan(v):
-            raise VMError(f"cannot convert NaN to {dtype}")
-        if math.isinf(v):
-            v = math.copysign(1e300, v)
-        v = round(v)  # Python's round() is half to even
-    lo, hi = int(dtype.min_exact), int(dtype.max_exact)
-    return min(max(int(v), lo), hi)
-
-
-# ---- scalar expression arithmetic --------------------------------------------------------
-
-
-def _floor_div_float(a: float, b: float) -> float:
-    with np.errstate(all="ignore"):
-        return float(np.floor_divide(np.float64(a), np.float64(b)))
-
-
-def scalar_binary(op: str, a: int | float, b: int | float, out: DataType) -> int | float:
-    """`a op b` of a scalar expression whose type is `out` (see ir/expr.py)."""
-    if op in ("<", "<=", "==", "!=", ">", ">="):
-        return int({"<": a < b, "<=": a <= b, "==": a == b, "!=": a != b,
-                    ">": a > b, ">=": a >= b}[op])
-    if op == "and":
-        return int(bool(a) and bool(b))
-    if op == "or":
-        return int(bool(a) or bool(b))
-    if out.is_float:
-        x, y = np.float64(a), np.float64(b)
-        with np.errstate(all="ignore"):
-            if op == "+":
-                r = x + y
-            elif op == "-":
-                r = x - y
-            elif op == "*":
-                r = x * y
-            elif op == "/":
-                r = x / y
-            elif op == "//":
-                r = np.floor_divide(x, y)
-            elif op == "%":
-                r = np.mod(x, y)
-            elif op == "cdiv":
-                r = np.ceil(x / y)
-            elif op == "min":
-                r = np.minimum(x, y)
-            elif op == "max":
-                r = np.maximum(x, y)
-            else:
-                raise VMError(f"operator {op!r} needs integer operands, got a {out} value")
-        return round_float_scalar(float(r), out)
-    x, y = int(a), int(b)
-    if op == "+":
-        r = x + y
-    elif op == "-":
-        r = x - y
-    elif op == "*":
-        r = x * y
-    elif op == "/":
-        raise VMError("'/' on integers is not defined; write '//' (floor division)")
-    elif op in ("//", "%", "cdiv"):
-        if y == 0:
-            raise VMError(f"integer division by zero in {x} {op} {y}")
-        r = x // y if op == "//" else x % y if op == "%" else -(-x // y)
-    elif op == "min":
-        r = min(x, y)
-    elif op == "max":
-        r = max(x, y)
-    elif op == "&":
-        r = x & y
-    elif op == "|":
-        r = x | y
-    elif op == "^":
-        r = x ^ y
-    elif op in ("<<", ">>"):
-        # the amount is unsigned (as in PTX): a negative one is huge, like >= the width
-        y = 128 if y < 0 else min(y, 128)
-        r = (x << y) if op == "<<" else x >> y
-    else:
-        raise VMError(f"unknown binary operator {op!r}")
-    return wrap_int(r, out)
-
-
-def scalar_unary(op: str, a: int | float, out: DataType) -> int | float:
-    if op == "not":
-        return int(not a)
-    if op == "-":
-        return round_float_scalar(-float(a), out) if out.is_float else wrap_int(-int(a), out)
-    if op == "~":
-        if out.is_float:
-            raise VMError(f"'~' needs an integer operand, got a {out} value")
-        return wrap_int(~int(a), out)
-    raise VMError(f"unknown unary operator {op!r}")
+# Scalar semantics (wrap_int, convert_scalar, scalar_binary, ...) live in ir/evaluate.py,
+# shared with the runtime.
 
 
 # ---- elementwise operations on tiles -----------------------------------------------------

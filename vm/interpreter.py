@@ -87,14 +87,9 @@ import numpy as np
 from tilevm.dtypes import DataType, DTypeError, decode
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
+from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import (
-    Binary,
-    BlockIndex,
-    Const,
     Expr,
-    ScalarCast,
-    Select,
-    Unary,
     Var,
     free_vars,
 )
@@ -121,11 +116,8 @@ from tilevm.vm.interp_values import (
     from_host,
     plain_nan,
     round_to,
-    scalar_binary,
-    scalar_unary,
     to_codes,
     to_host,
-    wrap_int,
 )
 
 __all__ = ["run", "Interpreter", "array_dtype", "to_host", "from_host"]
@@ -390,38 +382,13 @@ class Interpreter:
 
     # ---- scalar expressions -------------------------------------------------------------
     def _eval(self, e: Expr | int | float) -> int | float:
-        if isinstance(e, bool):
-            return int(e)
-        if isinstance(e, (int, float)):
-            return e
-        if isinstance(e, Const):
-            v = e.value
-            if e.dtype.is_float:
-                return convert_scalar(float(v), e.dtype)
-            if isinstance(v, float) and not v.is_integer():
-                raise VMError(f"constant {v!r} is not an integer but has type {e.dtype}")
-            return wrap_int(int(v), e.dtype)  # a literal converts like C's: modulo 2**bits
-        if isinstance(e, Var):
-            try:
-                return self.scalars[e]
-            except KeyError:
-                raise VMError(f"scalar {e.name} ({e.dtype}) is not defined here") from None
-        if isinstance(e, BlockIndex):
-            if not 0 <= e.axis <= 2:
-                raise VMError(f"block index axis {e.axis} is not 0, 1 or 2")
-            if self.block is None:
-                raise VMError(f"{e} is not defined outside the blocks (in the grid)")
-            return self.block[e.axis]
-        if isinstance(e, Binary):
-            return scalar_binary(e.op, self._eval(e.lhs), self._eval(e.rhs), e.dtype)
-        if isinstance(e, Unary):
-            return scalar_unary(e.op, self._eval(e.operand), e.dtype)
-        if isinstance(e, Select):
-            chosen = e.if_true if self._eval(e.cond) else e.if_false
-            return convert_scalar(self._eval(chosen), e.dtype)
-        if isinstance(e, ScalarCast):
-            return convert_scalar(self._eval(e.operand), e.dtype)
-        raise VMError(f"unknown scalar expression {e!r}")
+        return evaluate(e, self._scalar, self.block)
+
+    def _scalar(self, var: Var) -> int | float:
+        try:
+            return self.scalars[var]
+        except KeyError:
+            raise VMError(f"scalar {var.name} ({var.dtype}) is not defined here") from None
 
     def _eval_int(self, e: Expr | int, what: str) -> int:
         v = self._eval(e)
