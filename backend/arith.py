@@ -73,25 +73,43 @@ def pairs_convert(src: DataType, dst: DataType) -> bool:
             and conversions.is_exact(src, dst))
 
 
-def convert_values(b: ir.IRBuilder, values: list[ir.Value], src: DataType,
+def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: DataType,
                    dst: DataType) -> list[ir.Value]:
-    """Many values from `src` to `dst`, bit-identical to `convert_value` on each. Low-bit
-    codes into f16/bf16 (`pairs_convert`) go two registers at a time: the pair word
-    `zext(c0 & mask) | zext(c1 & mask) << 16` and one `<2 x half|bfloat>` float op
-    (`conversions.emit_convert_pair`); an odd last register is converted alone."""
+    """`count` low-bit codes held packed in i32 `words` (code `l` at bits `[l*b, (l+1)*b)`)
+    -> `dst` values, bit-identical to `convert_value` on each code. Into f16/bf16
+    (`pairs_convert`) two codes go through one `<2 x half|bfloat>` float op
+    (`conversions.emit_convert_pair`): for b in {1, 2, 4, 8} and whole words, codes `j`
+    and `j + 16/b` of a word (16 bits apart: one shift and one AND put both in their
+    lanes); otherwise consecutive codes, each cut out of the word(s) it occupies. An odd
+    last code is converted alone."""
+    from tilevm.backend.lowering.bitcast import extract_bits, from_bits  # (imports arith)
+
+    bits = src.bits
+
+    def code(l: int) -> ir.Value:
+        return extract_bits(b, words, l * bits, bits)
+
     if not pairs_convert(src, dst):
-        return [convert_value(b, v, src, dst) for v in values]
-    mask = ir.Constant(I32, (1 << src.bits) - 1)
-    out: list[ir.Value] = []
-    for i in range(0, len(values) - 1, 2):
-        lo, hi = (b.and_(b.zext(v, I32) if v.type.width < 32 else v, mask)
-                  for v in values[i:i + 2])
-        word = b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
-        pair = conversions.emit_convert_pair(b, word, src, dst)
-        out += [b.extract_element(pair, ir.Constant(I32, j)) for j in (0, 1)]
-    if len(values) % 2:
-        out.append(conversions.emit_convert(b, values[-1], src, dst))
-    return out
+        return [convert_value(b, from_bits(b, code(l), src), src, dst) for l in range(count)]
+    per_word = 32 // bits
+    pairs: list[tuple[int, int, ir.Value]] = []  # (first, second, lanes word)
+    if 16 % bits == 0 and count % per_word == 0:
+        half = per_word // 2
+        for w in range(count // per_word):
+            pairs += [(w * per_word + j, w * per_word + j + half,
+                       conversions.emit_extract_pair(b, words[w], bits, j, j + half))
+                      for j in range(half)]
+    else:
+        pairs += [(l, l + 1, b.or_(code(l), b.shl(code(l + 1), ir.Constant(I32, 16))))
+                  for l in range(0, count - 1, 2)]
+    out: list[ir.Value | None] = [None] * count
+    for first, second, lanes in pairs:
+        pair = conversions.emit_convert_pair(b, lanes, src, dst)
+        out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
+                                   for j in (0, 1))
+    if count % 2 and out[-1] is None:
+        out[-1] = conversions.emit_convert(b, code(count - 1), src, dst)
+    return out  # type: ignore[return-value]
 
 
 def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type],

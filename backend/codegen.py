@@ -14,6 +14,16 @@ integer ops on `%tid.x` (emitted once per layout); the local part is a constant 
 tiles that a loop carries (`assign` destinations) and scalar variables live in
 `alloca`s, which LLVM's SROA turns back into registers.
 
+Low-bit tiles are packed (pass `lower_bit_packing`): a tile of elements of 8 bits or
+fewer (`is_packed`) is held
+as the i32 words of the thread's bit string, local `l` at bits `[l*b, (l+1)*b)` (the
+order of `layouts.register_bits`, the same as `dtypes.pack`). A `view` between packed
+tiles is then free (the same words), a load of packed bytes is a load of words, and
+`cast` reads its codes out of the words. `register_values` / `define` unpack / pack for
+the lowerings that work on one value per element (LLVM folds the shifts away where the
+values come from or go to words anyway); `register_words` / `define_words` give the
+words themselves.
+
 Each instruction is lowered by the function `lower_<opname>` of its family's module in
 backend/lowering/ (`LOWERINGS`); this module holds what they share: the kernel's
 setup, statements and scalar expressions, and the layout arithmetic.
@@ -21,12 +31,12 @@ setup, statements and scalar expressions, and the layout arithmetic.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I32, I64, PTR, convert_value, llvm_type, scalar_binary
+from tilevm.backend.passes.lower_bit_packing import is_packed
 from tilevm.backend.target import DATA_LAYOUT, TRIPLE
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
@@ -71,8 +81,6 @@ class KernelCodegen:
         self.pointers: dict[str, ir.Value] = {}
         self.tensors: dict[str, Any] = {}
         self.carried: set[str] = set()
-        self.divisors: dict[str, int] = {}  # a proven divisor of loop variables, params
-        self.view_exprs: dict[int, tuple[tuple[Expr, ...], Expr]] = {}
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
             if isinstance(param, Pointer):
@@ -86,8 +94,6 @@ class KernelCodegen:
     # ---- entry point ---------------------------------------------------------------------
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
-        # Divisibility of scalar parameters promised by top-level `assume`s.
-        self.divisors.update(assumed_divisors(self.program))
         self.lower_seq(self.program.body)
         self.b.ret_void()
         return self.module
@@ -157,7 +163,6 @@ class KernelCodegen:
         self.b.cbranch(self.b.icmp_signed(">" if negative else "<", i, stop), body, done)
         self.b.position_at_end(body)
         self.scalars[loop.var.name] = i
-        self.divisors[loop.var.name] = math.gcd(self.divisor(loop.start), self.divisor(loop.step))
         self.lower_seq(loop.body)
         self.b.store(self.b.add(self.b.load(slot), step), slot)
         self.b.branch(head)
@@ -251,12 +256,37 @@ class KernelCodegen:
         return [layout.global_index(0, l) for l in range(layout.local_size)]
 
     def register_values(self, tensor: Tensor) -> list[ir.Value]:
+        """One LLVM value per local element (`arith.llvm_type`; packed tiles unpacked)."""
+        if not is_packed(tensor.dtype):
+            return self._stored(tensor)
+        words, bits = self._stored(tensor), tensor.dtype.bits
+        return [from_bits(self.b, extract_bits(self.b, words, l * bits, bits), tensor.dtype)
+                for l in range(self.layout_of(tensor).local_size)]
+
+    def register_words(self, tensor: Tensor) -> list[ir.Value]:
+        """The i32 words of a packed tile (see the module docstring)."""
+        assert is_packed(tensor.dtype), tensor
+        return self._stored(tensor)
+
+    def define(self, tensor: Tensor, values: list[ir.Value]) -> None:
+        """Give `tensor` its values, one per local element (packed for low-bit tiles)."""
+        if is_packed(tensor.dtype):
+            values = pack_words(self.b, [to_bits(self.b, v, tensor.dtype) for v in values],
+                                tensor.dtype.bits)
+        self._store(tensor, values)
+
+    def define_words(self, tensor: Tensor, words: list[ir.Value]) -> None:
+        """Give a packed tile its i32 words."""
+        assert is_packed(tensor.dtype), tensor
+        self._store(tensor, words)
+
+    def _stored(self, tensor: Tensor) -> list[ir.Value]:
         value = self.tensors[tensor.name]
         if tensor.name in self.carried:
             return [self.b.load(slot) for slot in value]
         return value
 
-    def define(self, tensor: Tensor, values: list[ir.Value]) -> None:
+    def _store(self, tensor: Tensor, values: list[ir.Value]) -> None:
         if tensor.name in self.carried:
             slots = [self._entry_alloca(v.type, f"{tensor.name}.{i}")
                      for i, v in enumerate(values)]
@@ -305,24 +335,6 @@ class KernelCodegen:
             mapping = row
         return mapping
 
-    # ---- instructions ------------------------------------------------------------------------
-    def divisor(self, e: Expr | int) -> int:
-        """A number that provably divides the value of `e` (0 divides only 0), used to
-        prove the alignment of vector accesses."""
-        if isinstance(e, int):
-            return abs(e)
-        if isinstance(e, Const):
-            return abs(int(e.value)) if e.dtype.is_integer else 1
-        if isinstance(e, Var):
-            return self.divisors.get(e.name, 1)
-        if isinstance(e, Binary) and e.op == "*":
-            return self.divisor(e.lhs) * self.divisor(e.rhs)
-        if isinstance(e, Binary) and e.op in ("+", "-"):
-            return math.gcd(self.divisor(e.lhs), self.divisor(e.rhs))
-        if isinstance(e, Binary) and e.op == "<<" and isinstance(e.rhs, Const):
-            return self.divisor(e.lhs) << int(e.rhs.value)
-        return 1
-
     def i64(self, e: Expr | int) -> ir.Value:
         if isinstance(e, int):
             return ir.Constant(I64, e)
@@ -357,4 +369,10 @@ def generate(program: Program) -> ir.Module:
 
 
 from tilevm.backend.lowering import LOWERINGS  # noqa: E402  (the lowerings use this module)
-from tilevm.backend.lowering.assume import assumed_divisors  # noqa: E402
+from tilevm.backend.lowering.bitcast import (  # noqa: E402
+    extract_bits,
+    from_bits,
+    pack_words,
+    to_bits,
+)
+

@@ -1,10 +1,16 @@
 """The compiler pipeline: the passes, in order, and `compile_program`.
 
     verify -> infer_layouts -> convert_layouts -> plan_shared_memory
+           -> vectorize_memory -> select_instructions -> lower_bit_packing
            -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
 
 Each pass is one module of backend/passes/ whose docstring says what it expects and
-guarantees; `vmc compile --dump-after NAME` prints the IR after any of them.
+guarantees; `vmc compile --dump-after NAME` prints the IR after any of them. The first
+four shape the program (layouts, conversions, shared-memory placement); the last three
+decide how each instruction becomes machine code and record it in the instruction's
+`lowering` field, which codegen then emits: no decision is left to codegen.
+Shared-memory planning runs before the lowering decisions because they read its
+result: vector widths and `ldmatrix` need each shared tensor's layout and offset.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from dataclasses import dataclass
 from tilevm.backend import codegen, target
 from tilevm.backend.passes.convert_layouts import convert_layouts
 from tilevm.backend.passes.infer_layouts import infer_layouts
+from tilevm.backend.passes.lower_bit_packing import lower_bit_packing
 from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_plan
+from tilevm.backend.passes.select_instructions import select_instructions
+from tilevm.backend.passes.vectorize_memory import vectorize_memory
 from tilevm.backend.passes.verify import verify
 from tilevm.ir.stmt import Program
 
@@ -24,6 +33,9 @@ PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
     ("infer_layouts", infer_layouts),
     ("convert_layouts", convert_layouts),
     ("plan_shared_memory", plan_shared_memory),
+    ("vectorize_memory", vectorize_memory),
+    ("select_instructions", select_instructions),
+    ("lower_bit_packing", lower_bit_packing),
 )
 PASS_NAMES = tuple(name for name, _ in PASSES)
 

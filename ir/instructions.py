@@ -7,6 +7,12 @@ printed with and the key under which the other layers find it: the interpreter's
 
 An instruction that produces a tensor holds it in `out` (its name and full type);
 operands are `Tensor`s or scalar `Expr`s. Coordinates and offsets are in elements.
+
+`lowering` is empty in the programs users write; the backend's lowering passes fill it
+with the machine form they chose for the instruction (`Lowering`, e.g.
+`vector(bytes=16)`, `ldmatrix(num=4, trans=True)`, `mma_sync(shape='m16n8k16')`), which
+codegen then emits. It prints as one more field, so `vmc compile --dump-after PASS`
+shows every decision next to the instruction it concerns.
 """
 
 from __future__ import annotations
@@ -19,18 +25,46 @@ from tilevm.ir.expr import Expr
 from tilevm.ir.types import Pointer, Tensor
 
 
+@dataclass(frozen=True)
+class Lowering:
+    """A machine form the backend chose for one instruction: a name and parameters,
+    written like a call, `ldmatrix(num=4, trans=True)` (the parameters are ints, bools
+    or strings). Each backend pass documents the forms it assigns."""
+
+    name: str
+    params: tuple[tuple[str, int | bool | str], ...] = ()
+
+    def __getitem__(self, key: str) -> int | bool | str:
+        for name, value in self.params:
+            if name == key:
+                return value
+        raise KeyError(f"{self} has no parameter {key!r}")
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.name
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.params)})"
+
+
+def lowering(name: str, **params: int | bool | str) -> Lowering:
+    """`Lowering(name, params)` with keyword parameters, in the order given."""
+    return Lowering(name, tuple(params.items()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Instruction:
     opname: ClassVar[str]
     loc: SourceLoc | None = None
+    lowering: Lowering | None = None
 
     @property
     def output(self) -> Tensor | None:
         return getattr(self, "out", None)
 
     def operands(self) -> tuple[Any, ...]:
-        """Every field but `out` and `loc`, in declaration order."""
-        return tuple(getattr(self, f.name) for f in fields(self) if f.name not in ("out", "loc"))
+        """Every field but `out`, `loc` and `lowering`, in declaration order."""
+        return tuple(getattr(self, f.name) for f in fields(self)
+                     if f.name not in ("out", "loc", "lowering"))
 
     def input_tensors(self) -> tuple[Tensor, ...]:
         """The tensors the instruction reads (or writes through, for stores)."""

@@ -50,7 +50,7 @@ from tilevm.ir.expr import (
     Var,
     const,
 )
-from tilevm.ir.instructions import INSTRUCTIONS, Instruction
+from tilevm.ir.instructions import INSTRUCTIONS, Instruction, Lowering
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.types import MemorySpace, Pointer, PointerType, Tensor, TensorType
 from tilevm.layouts.expression import parse_layout
@@ -538,12 +538,34 @@ def _convert(text: str, tp: Any, ctx: _Context) -> Any:
         if text != "None":
             raise _Error(f"expected None, got {text!r}")
         return None
+    if tp is Lowering:
+        return _read_lowering(text)
     if text.startswith("{"):  # a layout (an `Any` field, or a layout class)
         inside, end = _group(text, 0)
         if end != len(text):
             raise _Error(f"unexpected {text[end:]!r} after the layout")
         return _read_layout(inside)
     raise _Error(f"cannot read {text!r} as {getattr(tp, '__name__', tp)}")
+
+
+def _read_lowering(text: str) -> Lowering:
+    """`NAME` or `NAME(KEY=LITERAL, ...)` (a `Lowering`; literals are ints, bools, strings)."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        node = None
+    if isinstance(node, ast.Name):
+        return Lowering(node.id)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+        params = []
+        for kw in node.keywords:
+            if kw.arg is None or not isinstance(kw.value, ast.Constant) or \
+                    not isinstance(kw.value.value, (int, str)):
+                break
+            params.append((kw.arg, kw.value.value))
+        else:
+            return Lowering(node.func.id, tuple(params))
+    raise _Error(f"expected a lowering NAME or NAME(KEY=VALUE, ...), got {text!r}")
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -586,7 +608,8 @@ def _read_instruction(text: str, loc: SourceLoc | None, ctx: _Context) -> Instru
             raise _Error(f"expected FIELD=VALUE, got {item!r}")
         name, value = m.group(1), item[m.end():]
         if name not in names or name in ("out", "loc"):
-            known = ", ".join(f.name for f in fields(cls) if f.name not in ("out", "loc"))
+            known = ", ".join(f.name for f in fields(cls)
+                              if f.name not in ("out", "loc", "lowering"))
             raise _Error(f"{opname} has no field {name!r} (fields: {known or 'none'})")
         if name in kwargs:
             raise _Error(f"field {name!r} given twice")

@@ -23,6 +23,7 @@ Grammar (one statement per line, `@ "file":line` optionally ends a line):
     PARAM  := NAME: [const] ptr<DTYPE> | NAME: DTYPE
     TYPE   := SPACE<DTYPE>[DIM, ...] [{LAYOUT}]      SPACE is global, shared or register
     VALUE  := %TENSOR | POINTER | EXPR | (VALUE, ...) | {LAYOUT} | Python literal
+    lowering=NAME[(KEY=LITERAL, ...)]                the backend's choice (`Lowering`)
     EXPR   := Python expression syntax over variables, literals, block_idx.x/y/z, true,
               false, cdiv/min/max/select(...), DTYPE(EXPR) (a conversion) and
               const(VALUE, DTYPE) (a literal of a type other than int32/f32/bool)
@@ -128,7 +129,9 @@ def format_loc(loc: SourceLoc | None) -> str:
 def format_instruction(inst: Instruction) -> str:
     """One instruction on one line, without indentation or location."""
     args = ", ".join(f"{f.name}={format_value(getattr(inst, f.name))}"
-                     for f in fields(inst) if f.name not in ("out", "loc"))
+                     for f in fields(inst) if f.name not in ("out", "loc", "lowering"))
+    if inst.lowering is not None:  # chosen by a backend pass; last, so the eye finds it
+        args = f"{args}, lowering={inst.lowering}" if args else f"lowering={inst.lowering}"
     text = f"{inst.opname} {args}".rstrip()
     out = inst.output
     if out is not None:

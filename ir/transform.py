@@ -1,4 +1,5 @@
-"""Rewriting programs: `map_tensors` replaces every occurrence of tensors (a pass that
+"""Rewriting programs: `map_instructions` replaces each instruction (a pass that annotates
+instructions uses it); `map_tensors` replaces every occurrence of tensors (a pass that
 changes tensor types, e.g. layout inference, uses it) throughout a program."""
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ def map_tensors(program: Program, fn: Callable[[Tensor], Tensor]) -> Program:
             return tuple(value(x) for x in v)
         return v
 
+    return map_instructions(program, lambda s: replace(
+        s, **{f.name: value(getattr(s, f.name)) for f in fields(s)
+              if f.name not in ("loc", "lowering")}))
+
+
+def map_instructions(program: Program, fn: Callable[[Instruction], Instruction]) -> Program:
+    """The program with every instruction `i` replaced by `fn(i)` (same statement tree)."""
+
     def stmt(s: Any) -> Any:
         if isinstance(s, Instruction):
-            return replace(s, **{f.name: value(getattr(s, f.name)) for f in fields(s)
-                                 if f.name != "loc"})
+            return fn(s)
         if isinstance(s, Seq):
             return Seq(body=tuple(stmt(x) for x in s.body))
         if isinstance(s, For):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from kernel_harness import load_module
 
-from tilevm.backend.lowering.assume import assumed_divisors
+from tilevm.backend.divisibility import assumed_divisors
 from tilevm.backend.pipeline import compile_program
 from tilevm.backend.runtime import (
     ArgumentValueError,

@@ -1,10 +1,11 @@
-"""`cast` of low-bit codes to f16/bf16 converts two registers at a time
-(`arith.convert_values`: one pair word, `conversions.emit_convert_pair`, one
-`<2 x half|bfloat>` float op). CPU: the cast's LLVM IR and PTX use the paired form for
-every exact (low-bit type, f16/bf16) pair; a CPU JIT checks, for every pair of codes,
-that it is bit-identical to the per-element `convert_value`. GPU (marked `gpu`): the
-kernel against the interpreter (the dequantize and quantized matmul GPU tests of
-test_backend_reduce_view.py and test_backend_convert.py cover the rest)."""
+"""`cast` of low-bit codes to f16/bf16 converts two codes at a time, straight out of
+the packed words low-bit tiles live in (`arith.convert_packed`: one lanes word,
+`conversions.emit_convert_pair`, one `<2 x half|bfloat>` float op). CPU: the cast's
+LLVM IR and PTX use the paired form for every exact (low-bit type, f16/bf16) pair; a
+CPU JIT checks, for every pair of codes, that it is bit-identical to the per-element
+`convert_value`. GPU (marked `gpu`): the kernel against the interpreter (the dequantize
+and quantized matmul GPU tests of test_backend_reduce_view.py and test_backend_convert.py
+cover the rest)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from kernel_harness import run_both
 
 import tilevm as tv
 from tilevm.backend import conversions as cv
-from tilevm.backend.arith import convert_value, convert_values, llvm_type, pairs_convert
+from tilevm.backend.arith import convert_packed, convert_value, pairs_convert
+from tilevm.backend.lowering.bitcast import extract_bits, from_bits
 from tilevm.backend.pipeline import compile_program
 from tilevm.dtypes import decode, lowbit_dtypes, pack, parse
 from tilevm.layouts import local
@@ -82,21 +84,48 @@ def test_inexact_casts_are_not_paired(src):
     assert not pairs_convert(src, parse("f32"))
 
 
-def _registers(src) -> np.ndarray:
-    """Every code of src as its register holds it in an i8 (signed sub-byte integers
-    sign-extended, as `view` leaves them; 1-bit codes are i1 registers, loaded from i8)."""
-    codes = np.arange(1 << src.bits, dtype=np.int64)
-    if src.is_integer and src.is_signed and 1 < src.bits < 8:
-        codes = np.where(codes >= 1 << (src.bits - 1), codes - (1 << src.bits), codes)
-    return codes.astype(np.int8 if src.is_signed else np.uint8).view(np.uint8)
+COUNTS = (32, 3)  # codes per record: whole words (b | 16: pairs 16/b apart), and odd
 
 
-def _pair_function(module: ir.Module, src, dst) -> None:
-    """`void f(ptr in, ptr out, i32 n)`: for each of the n triples of i8 registers at
-    in[3i..3i+3), out[6i..6i+6) gets convert_values of the three (two paired, one alone)
-    and then convert_value of each, as i16 bit patterns."""
+def _pairing(count: int, bits: int) -> list[tuple[int, ...]]:
+    """The codes `convert_packed` converts together (its documented rule)."""
+    per_word = 32 // bits
+    if 16 % bits == 0 and count % per_word == 0:
+        half = per_word // 2
+        return [(w * per_word + j, w * per_word + j + half)
+                for w in range(count // per_word) for j in range(half)]
+    return [(l, l + 1) for l in range(0, count - 1, 2)] + ([(count - 1,)] if count % 2 else [])
+
+
+def _records(src, count: int) -> np.ndarray:
+    """Packed records of `count` codes such that every (x, y) pair of codes meets in
+    some paired conversion (and every code in an odd one): [records, words] uint32."""
+    codes = np.arange(1 << src.bits)
+    xs, ys = (a.ravel() for a in np.meshgrid(codes, codes, indexing="ij"))
+    groups = _pairing(count, src.bits)
+    per_record = len(groups)
+    n = -(-xs.size // per_record)
+    table = np.zeros((n, count), np.int64)
+    flat_x, flat_y = np.resize(xs, n * per_record), np.resize(ys, n * per_record)
+    for q, group in enumerate(groups):
+        table[:, group[0]] = flat_x[q::per_record]
+        if len(group) > 1:
+            table[:, group[1]] = flat_y[q::per_record]
+    words = -(-count * src.bits // 32)
+    packed = np.zeros((n, words * 4), np.uint8)
+    for r in range(n):  # a record need not be whole bytes: pack each on its own
+        row = pack(table[r], src.bits)
+        packed[r, :row.size] = row
+    return packed.view(np.uint32), table
+
+
+def _pair_function(module: ir.Module, src, dst, count: int) -> None:
+    """`void f(ptr in, ptr out, i32 n)`: for each of the n records of packed words at
+    `in`, `out` gets convert_packed of its `count` codes and then convert_value of each
+    code (cut out of the words), as i16 bit patterns."""
+    words = -(-count * src.bits // 32)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I32]),
-                     f"pairs_{src.name}_{dst.name}")
+                     f"pairs_{src.name}_{dst.name}_{count}")
     src_p, dst_p, n = fn.args
     entry, loop, done = (fn.append_basic_block(x) for x in ("entry", "loop", "done"))
     b = ir.IRBuilder(entry)
@@ -104,15 +133,13 @@ def _pair_function(module: ir.Module, src, dst) -> None:
     b.position_at_end(loop)
     i = b.phi(I32)
     i.add_incoming(I32(0), entry)
-    reg = llvm_type(src)
-    regs = []
-    for j in range(3):
-        at = b.add(b.mul(i, I32(3)), I32(j))
-        v = b.load(b.gep(src_p, [at], source_etype=I8), typ=I8)
-        regs.append(b.trunc(v, reg) if reg != I8 else v)
-    results = convert_values(b, regs, src, dst) + [convert_value(b, v, src, dst) for v in regs]
+    regs = [b.load(b.gep(src_p, [b.add(b.mul(i, I32(words)), I32(j))], source_etype=I32),
+                   typ=I32) for j in range(words)]
+    single = [convert_value(b, from_bits(b, extract_bits(b, regs, l * src.bits, src.bits),
+                                         src), src, dst) for l in range(count)]
+    results = convert_packed(b, regs, count, src, dst) + single
     for j, value in enumerate(results):
-        at = b.add(b.mul(i, I32(6)), I32(j))
+        at = b.add(b.mul(i, I32(2 * count)), I32(j))
         b.store(b.bitcast(value, I16), b.gep(dst_p, [at], source_etype=I16))
     nxt = b.add(i, I32(1))
     i.add_incoming(nxt, loop)
@@ -126,7 +153,8 @@ def pairs_jit():
     module = ir.Module(name="cast_pairs")
     module.triple = llvm.get_process_triple()
     for src, dst in EXACT:
-        _pair_function(module, src, dst)
+        for count in COUNTS:
+            _pair_function(module, src, dst, count)
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     parsed = llvm.parse_assembly(str(module))
@@ -147,22 +175,19 @@ def _as_float(bits: np.ndarray, dst) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("src, dst", EXACT, ids=[f"{s}-{d}" for s, d in EXACT])
-def test_paired_cast_is_bit_identical_to_per_element(pairs_jit, src, dst):
-    regs = _registers(src)
-    first, second = (a.ravel() for a in np.meshgrid(regs, regs, indexing="ij"))
-    third = np.resize(regs[::-1], first.size)  # the odd register, converted alone
-    triples = np.ascontiguousarray(np.stack([first, second, third], axis=1))
-    out = np.zeros((first.size, 6), np.uint16)
+def test_paired_cast_is_bit_identical_to_per_element(pairs_jit, src, dst, count):
+    records, codes = _records(src, count)
+    out = np.zeros((len(records), 2 * count), np.uint16)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
-        pairs_jit.get_function_address(f"pairs_{src.name}_{dst.name}"))
-    fn(triples.ctypes.data, out.ctypes.data, first.size)
-    assert np.array_equal(out[:, :3], out[:, 3:])  # the very same bits as per element
+        pairs_jit.get_function_address(f"pairs_{src.name}_{dst.name}_{count}"))
+    records = np.ascontiguousarray(records)
+    fn(records.ctypes.data, out.ctypes.data, len(records))
+    assert np.array_equal(out[:, :count], out[:, count:])  # the same bits as per element
     # and the values decode gives (NaN for NaN; the sign of zero kept)
-    codes = np.arange(1 << src.bits)
-    expected = decode(codes, src)
-    as_float = _as_float(out[:, 3], dst)
-    want = expected[np.repeat(codes, codes.size)]
+    as_float = _as_float(out[:, count:], dst)
+    want = decode(codes, src)
     assert np.array_equal(as_float, want, equal_nan=True)
     assert np.array_equal(np.signbit(as_float), np.signbit(want))
 

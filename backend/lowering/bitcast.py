@@ -1,10 +1,11 @@
 """Lowering of `view`: reinterpret the bits a thread holds, for any element widths.
 
-Register tiles hold one LLVM value per local element (`arith.llvm_type`): f16/bf16/f32
-as floats, 8..64-bit integers as iN, 1-bit integers as i1, and every other low-bit
-type (2..7-bit integers, every 8-bit-or-narrower float) as its code in an i8. A thread's
-bits are the concatenation of its src locals, element `l` at bits `[l*b, (l+1)*b)`
-(`layouts.register_bits`); `out`'s element `j` is the field `[j*b', (j+1)*b')`.
+A thread's bits are the concatenation of its src locals, element `l` at bits
+`[l*b, (l+1)*b)` (`layouts.register_bits`); `out`'s element `j` is the field
+`[j*b', (j+1)*b')`. Tiles of elements of 8 bits or fewer are held as exactly those bits,
+packed in i32 words (pass `lower_bit_packing`), so a view between two of them is free:
+`out` gets `src`'s words. Wider elements are one LLVM value each (`arith.llvm_type`),
+and the form the pass chose says how bits move (`pack`, `unpack`, `bitcast`, `repack`).
 
 All offsets are compile-time constants, so the lowering is plain integer code: the src
 elements are OR-ed (each masked to its b bits, shifted into place) into 32-bit words,
@@ -44,14 +45,23 @@ def lower_view(cg: KernelCodegen, inst: ins.View) -> None:
         check_view(src_layout, src.dtype.bits, out_layout, out.dtype.bits)
     except LayoutError as err:
         raise cg.fail(str(err)) from None
-    values = cg.register_values(src)
-    sb, ob = src.dtype.bits, out.dtype.bits
-    if sb == ob:  # element l keeps its bits: one (free) bitcast per element
-        cg.define(out, [from_bits(cg.b, to_bits(cg.b, v, src.dtype), out.dtype)
-                        for v in values])
+    form = inst.lowering.name if inst.lowering is not None else None
+    if form is None:
+        raise cg.fail("view has no bit-movement form (run the lower_bit_packing pass)")
+    if form == "free":  # both packed: the thread's bit string is the same words
+        cg.define_words(out, cg.register_words(src))
         return
-    words = pack_words(cg.b, [to_bits(cg.b, v, src.dtype) for v in values], sb)
-    count = out_layout.local_size
+    sb, ob = src.dtype.bits, out.dtype.bits
+    if form == "bitcast":  # element l keeps its bits: one (free) bitcast per element
+        cg.define(out, [from_bits(cg.b, to_bits(cg.b, v, src.dtype), out.dtype)
+                        for v in cg.register_values(src)])
+        return
+    words = cg.register_words(src) if form == "unpack" else \
+        pack_words(cg.b, [to_bits(cg.b, v, src.dtype) for v in cg.register_values(src)], sb)
+    if form == "pack":
+        cg.define_words(out, words)
+        return
+    count = out_layout.local_size  # unpack, repack: cut each element out of the words
     cg.define(out, [from_bits(cg.b, extract_bits(cg.b, words, j * ob, ob), out.dtype)
                     for j in range(count)])
 

@@ -11,7 +11,9 @@ from tilevm.ir import instructions as ins
 if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
-from tilevm.backend.arith import convert_values, tile_op
+from tilevm.backend.arith import convert_packed, convert_value, tile_op
+from tilevm.backend.lowering.bitcast import pack_words, to_bits
+from tilevm.backend.passes.lower_bit_packing import is_packed
 from tilevm.ir.types import Tensor
 
 
@@ -22,12 +24,28 @@ def lower_full(cg: KernelCodegen, inst: ins.Full) -> None:
 def lower_assign(cg: KernelCodegen, inst: ins.Assign) -> None:
     if inst.dst.layout != inst.src.layout:
         raise cg.fail("assign between tiles of different layouts is not supported yet")
-    for slot, value in zip(cg.tensors[inst.dst.name], cg.register_values(inst.src)):
+    registers = cg.register_words(inst.src) if is_packed(inst.src.dtype) else \
+        cg.register_values(inst.src)
+    for slot, value in zip(cg.tensors[inst.dst.name], registers):
         cg.b.store(value, slot)
 
 def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
-    values = cg.operand_values(inst.src, inst.out)
-    cg.define(inst.out, convert_values(cg.b, values, inst.src.dtype, inst.out.dtype))
+    src, out = inst.src, inst.out
+    if not is_packed(src.dtype):
+        cg.define(out, [convert_value(cg.b, v, src.dtype, out.dtype)
+                        for v in cg.operand_values(src, out)])
+        return
+    if inst.lowering is None:
+        raise cg.fail("a cast from packed codes has no conversion form (run the "
+                      "lower_bit_packing pass)")
+    # The codes as packed words, in `out`'s local order (a broadcast operand is repacked).
+    if src.type.shape == out.type.shape and src.layout == out.layout:
+        words = cg.register_words(src)
+    else:
+        words = pack_words(cg.b, [to_bits(cg.b, v, src.dtype)
+                                  for v in cg.operand_values(src, out)], src.dtype.bits)
+    count = cg.layout_of(out).local_size
+    cg.define(out, convert_packed(cg.b, words, count, src.dtype, out.dtype))
 
 def lower_elementwise(cg: KernelCodegen, inst: ins.Elementwise) -> None:
     dtype = next(a.dtype for a in inst.args if isinstance(a, Tensor))

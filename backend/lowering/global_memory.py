@@ -21,8 +21,36 @@ if TYPE_CHECKING:
 
 from tilevm.backend.arith import I1, I32, I64, build_vector, llvm_type, ty_bytes
 from tilevm.dtypes import DataType
-from tilevm.ir.expr import Const, Expr
+from tilevm.ir.expr import Expr
 from tilevm.ir.types import Tensor
+
+
+def loads_words(width: int, dtype: DataType) -> bool:
+    """Whether a vector of `width` elements of a packed (low-bit) tile is loaded and
+    stored as whole 32-bit words of the tile's packed registers."""
+    return dtype.bits <= 8 and width > 1 and (width * dtype.bits) % 32 == 0
+
+
+def vector_registers(cg: KernelCodegen, vec: ir.Value, width: int,
+                     dtype: DataType) -> list[ir.Value]:
+    """The registers of a loaded vector: its words when `loads_words`, else one value
+    per element."""
+    if width == 1:
+        return [vec]
+    count, ty = (width * dtype.bits // 32, I32) if loads_words(width, dtype) else \
+        (width, None)
+    if ty is not None:
+        vec = cg.b.bitcast(vec, ir.VectorType(ty, count))
+    return [cg.b.extract_element(vec, ir.Constant(I32, i)) for i in range(count)]
+
+
+def define_loaded(cg: KernelCodegen, tile: Tensor, registers: list[ir.Value],
+                  width: int) -> None:
+    """Define a loaded tile from `vector_registers`' results."""
+    if loads_words(width, tile.dtype):
+        cg.define_words(tile, registers)
+    else:
+        cg.define(tile, registers)
 
 
 @dataclass
@@ -35,41 +63,19 @@ class GlobalViewValue:
 
 
 def lower_global_view(cg: KernelCodegen, inst: ins.GlobalView) -> None:
-    value = cg.tensors[inst.out.name] = GlobalViewValue(
+    cg.tensors[inst.out.name] = GlobalViewValue(
         base=cg.pointers[inst.ptr.name],
         offset=cg.i64(inst.offset),
         shape=[cg.i64(s) for s in inst.out.shape],
         strides=[cg.i64(s) for s in inst.strides],
         dtype=inst.out.dtype)
-    cg.view_exprs[id(value)] = (inst.strides, inst.offset)
 
-def _vector_width(cg: KernelCodegen, view: GlobalViewValue, view_expr: ins.GlobalView | None,
-                  tile: Tensor, offsets: tuple[Expr, ...]) -> int:
-    """The widest vector (in elements, at most 16 bytes) for accesses of `tile` through
-    `view`: consecutive registers at consecutive elements of a unit-stride last
-    dimension, at addresses provably aligned to the vector's size."""
-    layout = cg.layout_of(tile)
-    bytes_ = max(view.dtype.bits // 8, 1)
-    width = 16 // bytes_
-    strides, offset = cg.view_exprs[id(view)]
-    if not (isinstance(strides[-1], Const) and strides[-1].value == 1):
-        return 1
-    locals_ = cg.local_parts(layout)
-    while width > 1:
-        # Registers l..l+w-1 (l a multiple of w) are w consecutive last-dim elements,
-        # and every address the thread can start a vector at is a multiple of w.
-        runs = all(locals_[l + i][:-1] == locals_[l][:-1] and
-                   locals_[l + i][-1] == locals_[l][-1] + i and locals_[l][-1] % width == 0
-                   for l in range(0, layout.local_size, width) for i in range(width)) \
-            if layout.local_size % width == 0 else False
-        thread_ok = all(layout.global_index(t, 0)[-1] % width == 0
-                        for t in range(layout.num_threads))
-        aligned = all(cg.divisor(e) % width == 0 for e in (offset, offsets[-1],
-                                                             *strides[:-1]))
-        if runs and thread_ok and aligned:
-            return width
-        width //= 2
-    return 1
+def vector_elements(cg: KernelCodegen, inst: ins.Instruction) -> int:
+    """Registers per vector access, as pass `vectorize_memory` chose."""
+    if inst.lowering is None or inst.lowering.name != "vector":
+        raise cg.fail(f"{inst.opname} has no vector width (run the vectorize_memory pass)")
+    return int(inst.lowering["elements"])
+
 
 def _element_addresses(cg: KernelCodegen, view: GlobalViewValue, tile: Tensor,
                        offsets: tuple[Expr, ...], width: int
@@ -104,7 +110,7 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
     view = cg.tensors[inst.src.name]
     ty = llvm_type(inst.out.dtype)
     other = cg.constant(inst.other, inst.out.dtype)
-    width = _vector_width(cg, view, None, inst.out, inst.offsets)
+    width = vector_elements(cg, inst)
     vec_ty = ir.VectorType(ty, width)
     values: list[ir.Value] = []
     for whole, index, preds in _element_addresses(cg, view, inst.out, inst.offsets, width):
@@ -132,11 +138,8 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
         phi = cg.b.phi(vec_ty if width > 1 else ty)
         phi.add_incoming(vec, fast)
         phi.add_incoming(slow_vec, slow)
-        if width == 1:
-            values.append(phi)
-        else:
-            values += [cg.b.extract_element(phi, ir.Constant(I32, i)) for i in range(width)]
-    cg.define(inst.out, values)
+        values += vector_registers(cg, phi, width, inst.out.dtype)
+    define_loaded(cg, inst.out, values, width)
 
 def lower_store_global(cg: KernelCodegen, inst: ins.StoreGlobal) -> None:
     view = cg.tensors[inst.dst.name]
@@ -144,7 +147,7 @@ def lower_store_global(cg: KernelCodegen, inst: ins.StoreGlobal) -> None:
     if inst.src.dtype != view.dtype:
         raise cg.fail("store_global of a tile of another dtype; cast it first")
     values = cg.register_values(inst.src)
-    width = _vector_width(cg, view, None, inst.src, inst.offsets)
+    width = vector_elements(cg, inst)
     groups = _element_addresses(cg, view, inst.src, inst.offsets, width)
     for g, (whole, index, preds) in enumerate(groups):
         chunk = values[g * width:(g + 1) * width]

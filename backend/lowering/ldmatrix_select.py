@@ -169,6 +169,15 @@ def _try(layout: RegisterLayout, trans: bool, row_dim: int, col_dim: int
     return None
 
 
+def ldmatrix_form(layout: RegisterLayout, num: int, trans: bool, row_dim: int,
+                  col_dim: int) -> LdmatrixChoice:
+    """The `LdmatrixChoice` that `select_ldmatrix` made for `layout` with these
+    parameters (what `lowering=ldmatrix(...)` records), rebuilt for codegen."""
+    quotient = divide(layout, placed_fragment(trans, row_dim, col_dim, layout.ndim))
+    return LdmatrixChoice(num, trans, row_dim, col_dim, quotient,
+                          _address_layout(quotient, num, row_dim, col_dim, layout.shape))
+
+
 def _verify(layout: RegisterLayout, choice: LdmatrixChoice) -> bool:
     """Simulate the instructions on coordinates: every (thread, local) of `layout` must
     receive exactly the element the layout puts there."""

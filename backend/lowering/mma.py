@@ -24,8 +24,10 @@ import llvmlite.ir as ir
 
 from tilevm.backend.arith import I32, convert_value, llvm_type
 from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, dot_layouts
+from tilevm.backend.passes.lower_bit_packing import is_packed
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
+from tilevm.ir.types import Tensor
 from tilevm.layouts import LayoutError, RegisterLayout, divide
 
 if TYPE_CHECKING:
@@ -76,6 +78,14 @@ def _plan(cg: KernelCodegen, xa: RegisterLayout, xb: RegisterLayout, xc: Registe
     return plan
 
 
+def _operand_registers(cg: KernelCodegen, tensor: Tensor) -> list[ir.Value]:
+    """The 32-bit mma registers of each fragment of an operand, concatenated: 8-bit
+    operands already live packed (pass `lower_bit_packing`) in exactly this order."""
+    if is_packed(tensor.dtype):
+        return cg.register_words(tensor)
+    return _pack(cg, cg.register_values(tensor), tensor.dtype)
+
+
 def _pack(cg: KernelCodegen, values: list[ir.Value], dtype: DataType) -> list[ir.Value]:
     """Elements -> 32-bit registers, `32 / bits` each, the first in the low bits."""
     per = 32 // dtype.bits
@@ -108,12 +118,9 @@ def _mma_asm(shape: tuple[int, int, int], dtype: DataType, n_a: int, n_b: int,
 def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     a, b, c, out = inst.a, inst.b, inst.c, inst.out
     dtype = a.dtype
-    entry = MMA_INSTRUCTIONS.get(dtype)
-    if entry is None:
-        names = ", ".join(sorted(str(t) for t in MMA_INSTRUCTIONS))
-        raise cg.fail(f"dot on {dtype} inputs is not supported by the GPU backend yet "
-                      f"(tensor cores: {names})")
-    (fm, fn, fk), frag_a, frag_b, frag_c = entry
+    if inst.lowering is None or inst.lowering.name != "mma_sync":
+        raise cg.fail("dot has no chosen instruction (run the select_instructions pass)")
+    (fm, fn, fk), frag_a, frag_b, frag_c = MMA_INSTRUCTIONS[dtype]
     (m, k), n = a.type.static_shape, b.type.static_shape[1]
     if m % fm or n % fn or k % fk:
         raise cg.fail(f"dot on tensor cores (mma.m{fm}n{fn}k{fk}) needs M a multiple of {fm}, "
@@ -133,11 +140,10 @@ def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
 
     integer = not dtype.is_float
     acc_dtype = _I32 if integer else _F32
-    a_vals, b_vals = cg.register_values(a), cg.register_values(b)
-    a_regs: dict[int, list[ir.Value]] = {}
-    b_regs: dict[int, list[ir.Value]] = {}
     n_a = fa.local_size * dtype.bits // 32
     n_b = fb.local_size * dtype.bits // 32
+    a_words = _operand_registers(cg, a)
+    b_words = _operand_registers(cg, b)
     mma = _mma_asm((fm, fn, fk), dtype, n_a, n_b, integer)
     c_vals = [convert_value(cg.b, v, c.dtype, acc_dtype) for v in cg.register_values(c)]
     result: list[ir.Value] = list(c_vals)
@@ -145,13 +151,8 @@ def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     for f, steps in plan:
         d = c_vals[f * nc:(f + 1) * nc]
         for xa_l, xb_l in steps:
-            if xa_l not in a_regs:
-                a_regs[xa_l] = _pack(cg, a_vals[xa_l * fa.local_size:
-                                                (xa_l + 1) * fa.local_size], dtype)
-            if xb_l not in b_regs:
-                b_regs[xb_l] = _pack(cg, b_vals[xb_l * fb.local_size:
-                                                (xb_l + 1) * fb.local_size], dtype)
-            res = cg.b.call(mma, [*a_regs[xa_l], *b_regs[xb_l], *d])
+            res = cg.b.call(mma, [*a_words[xa_l * n_a:(xa_l + 1) * n_a],
+                                  *b_words[xb_l * n_b:(xb_l + 1) * n_b], *d])
             d = [cg.b.extract_value(res, i) for i in range(nc)]
         result[f * nc:(f + 1) * nc] = d
     cg.define(out, [convert_value(cg.b, v, acc_dtype, out.dtype) for v in result])

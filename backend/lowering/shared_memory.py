@@ -43,12 +43,18 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64, build_vector, convert_value, llvm_type
-from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, select_ldmatrix
+from tilevm.backend.lowering.bitcast import extract_bits, from_bits
+from tilevm.backend.lowering.global_memory import (
+    define_loaded,
+    loads_words,
+    vector_elements,
+    vector_registers,
+)
+from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, ldmatrix_form
 from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
 from tilevm.ir import instructions as ins
-from tilevm.ir.expr import Const, Expr
+from tilevm.ir.expr import Expr
 from tilevm.ir.types import Tensor
-from tilevm.layouts import RegisterLayout
 from tilevm.layouts.shared_layout import SharedLayout
 
 if TYPE_CHECKING:
@@ -123,40 +129,13 @@ def lower_free_shared(cg: KernelCodegen, inst: ins.FreeShared) -> None:
 
 # ---- register <-> shared ----------------------------------------------------------------------
 
-def _vector_width(cg: KernelCodegen, layout: SharedLayout, reg: RegisterLayout,
-                  offsets: tuple[Expr, ...]) -> int:
-    """The widest `w` such that every group of `w` registers is one aligned vector in
-    shared memory (see the module docstring)."""
-    elem = layout.element_bits // 8
-    limit = _VECTOR_BYTES // elem
-    if layout.swizzle is not None:
-        limit = min(limit, layout.swizzle.unit_bytes // elem)
-    locals_ = cg.local_parts(reg)
-    threads = [reg.global_index(t, 0) for t in range(reg.num_threads)]
-    width = 1 << (max(limit, 1).bit_length() - 1)
-    while width > 1:
-        for d in range(layout.rank):
-            if layout.strides[d] != 1 or reg.local_size % width:
-                continue
-            unit = tuple(int(i == d) for i in range(layout.rank))
-            runs = all(locals_[l + i] == tuple(c + i * u for c, u in zip(locals_[l], unit))
-                       and locals_[l][d] % width == 0
-                       for l in range(0, reg.local_size, width) for i in range(width))
-            aligned = (all(t[d] % width == 0 for t in threads)
-                       and cg.divisor(offsets[d]) % width == 0
-                       and all(s % width == 0 for k, s in enumerate(layout.strides) if k != d))
-            if runs and aligned:
-                return width
-        width //= 2
-    return 1
-
-
-def _register_access(cg: KernelCodegen, shared: Tensor, tile: Tensor,
-                     offsets: tuple[Expr, ...]) -> tuple[SharedLayout, int, list[ir.Value]]:
+def _register_access(cg: KernelCodegen, inst: ins.LoadShared | ins.StoreShared,
+                     shared: Tensor, tile: Tensor, offsets: tuple[Expr, ...]
+                     ) -> tuple[SharedLayout, int, list[ir.Value]]:
     """(layout, vector width, the shared pointer of each group of `width` registers)."""
     alloc, layout = _allocation(cg, shared)
     reg = cg.layout_of(tile)
-    width = _vector_width(cg, layout, reg, offsets)
+    width = vector_elements(cg, inst)
     elem = layout.element_bits // 8
     b = cg.b
     # The runtime part of the byte offset, once: offset + elem * sum((thread + off) * stride)
@@ -170,15 +149,6 @@ def _register_access(cg: KernelCodegen, shared: Tensor, tile: Tensor,
         const = elem * sum(c * s for c, s in zip(coord, layout.strides))
         ptrs.append(_swizzled_ptr(cg, layout, b.add(base, _i32(const))))
     return layout, width, ptrs
-
-
-def _ldmatrix_choice(cg: KernelCodegen, inst: ins.LoadShared) -> LdmatrixChoice | None:
-    alloc, layout = _allocation(cg, inst.src)
-    if layout.element_bits != 16:
-        return None
-    return select_ldmatrix(cg.layout_of(inst.out), layout, cg.program.num_threads,
-                           alloc_offset=alloc.offset,
-                           offset_divisors=[cg.divisor(o) for o in inst.offsets])
 
 
 def _ldmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
@@ -218,27 +188,36 @@ def _load_ldmatrix(cg: KernelCodegen, inst: ins.LoadShared,
 
 
 def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
-    choice = _ldmatrix_choice(cg, inst)
-    values: list[ir.Value] = []
-    if choice is not None:
+    form = inst.lowering
+    if form is not None and form.name == "ldmatrix":
+        choice = ldmatrix_form(cg.layout_of(inst.out), form["num"], form["trans"],
+                               form["row_dim"], form["col_dim"])
         values = _load_ldmatrix(cg, inst, choice)
-    else:
-        layout, width, ptrs = _register_access(cg, inst.src, inst.out, inst.offsets)
-        ty = llvm_type(inst.src.dtype)
-        elem = layout.element_bits // 8
-        for ptr in ptrs:
-            if width > 1:
-                vec = cg.b.load(ptr, typ=ir.VectorType(ty, width), align=width * elem)
-                values += [cg.b.extract_element(vec, _i32(i)) for i in range(width)]
-            else:
-                values.append(cg.b.load(ptr, typ=ty, align=elem))
-    if inst.out.dtype != inst.src.dtype:
-        values = [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype) for v in values]
-    cg.define(inst.out, values)
+        if inst.out.dtype != inst.src.dtype:
+            values = [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype) for v in values]
+        cg.define(inst.out, values)
+        return
+    layout, width, ptrs = _register_access(cg, inst, inst.src, inst.out, inst.offsets)
+    ty = llvm_type(inst.src.dtype)
+    elem = layout.element_bits // 8
+    registers: list[ir.Value] = []
+    for ptr in ptrs:
+        vec = cg.b.load(ptr, typ=ir.VectorType(ty, width) if width > 1 else ty,
+                        align=width * elem)
+        registers += vector_registers(cg, vec, width, inst.src.dtype)
+    if inst.out.dtype == inst.src.dtype:
+        define_loaded(cg, inst.out, registers, width)
+        return
+    if loads_words(width, inst.src.dtype):  # a converting load: one value per element
+        registers = [from_bits(cg.b, extract_bits(cg.b, registers, l * layout.element_bits,
+                                                  layout.element_bits), inst.src.dtype)
+                     for l in range(len(registers) * 32 // layout.element_bits)]
+    cg.define(inst.out, [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype)
+                         for v in registers])
 
 
 def lower_store_shared(cg: KernelCodegen, inst: ins.StoreShared) -> None:
-    layout, width, ptrs = _register_access(cg, inst.dst, inst.src, inst.offsets)
+    layout, width, ptrs = _register_access(cg, inst, inst.dst, inst.src, inst.offsets)
     ty = llvm_type(inst.dst.dtype)
     elem = layout.element_bits // 8
     values = cg.register_values(inst.src)
@@ -254,28 +233,6 @@ def lower_store_shared(cg: KernelCodegen, inst: ins.StoreShared) -> None:
 
 
 # ---- global -> shared -------------------------------------------------------------------------
-
-def _chunk_elements(cg: KernelCodegen, layout: SharedLayout, strides: tuple[Expr, ...],
-                    view_offset: Expr, offsets: tuple[Expr, ...]) -> int:
-    """Elements per `cp.async` chunk (16, 8 or 4 bytes), or 0 when none is provable."""
-    elem = layout.element_bits // 8
-    last = layout.rank - 1
-    if not (isinstance(strides[-1], Const) and strides[-1].value == 1):
-        return 0
-    if layout.strides[last] != 1 and layout.shape[last] != 1:
-        return 0
-    for size in (16, 8, 4):
-        n = size // elem
-        if size % elem or n < 1 or layout.shape[last] % n:
-            continue
-        if layout.swizzle is not None and layout.swizzle.unit_bytes < size:
-            continue
-        if any(s % n for s in layout.strides[:last]):
-            continue
-        if all(cg.divisor(e) % n == 0 for e in (view_offset, offsets[-1], *strides[:-1])):
-            return n
-    return 0
-
 
 def _intrinsic(cg: KernelCodegen, name: str, args: list[ir.Type]) -> ir.Function:
     fn = cg.module.globals.get(name)
@@ -308,11 +265,14 @@ def _each_item(cg: KernelCodegen, count: int, body) -> None:
 def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
     alloc, layout = _allocation(cg, inst.dst)
     view = cg.tensors[inst.src.name]
-    strides, view_offset = cg.view_exprs[id(view)]
     ty = llvm_type(inst.dst.dtype)
     elem = layout.element_bits // 8
     shape = layout.shape
-    n = _chunk_elements(cg, layout, strides, view_offset, inst.offsets)
+    form = inst.lowering
+    if form is None or form.name not in ("cp_async", "load_store"):
+        raise cg.fail("copy_async has no chosen instruction (run the select_instructions "
+                      "pass)")
+    n = form["elements"] if form.name == "cp_async" else 0
     per = n or 1  # elements per item: a chunk, or one element for the plain fallback
     grid = shape[:-1] + (shape[-1] // per,)
     b = cg.b
@@ -346,7 +306,7 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
         if n:
             size = n * elem
             src_bytes = b.select(inside, b.mul(b.trunc(left, I32), _i32(elem)), _i32(0))
-            kind = "cg" if size == 16 else "ca"
+            kind = form["cache"]
             fn = _intrinsic(cg, f"llvm.nvvm.cp.async.{kind}.shared.global.{size}.s",
                             [SMEM_PTR, GLOBAL_PTR, I32])
             b.call(fn, [dst, b.addrspacecast(src, GLOBAL_PTR), src_bytes])

@@ -1,0 +1,72 @@
+"""Pass `select_instructions`: pick the machine instruction for each access and `dot`.
+
+Expects: a program after `vectorize_memory`. Guarantees: the lowerings below replace
+the memory pass's choice where a better instruction applies; codegen emits exactly the
+recorded form:
+
+- `load_shared` of 16-bit elements whose register layout is made of `ldmatrix`
+  fragments, with 16-byte aligned rows (`ldmatrix_select.select_ldmatrix` states the
+  rule): `lowering=ldmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
+  `ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (N = 4 where the register count
+  allows, else 2, else 1; `.trans` when a register's two halves run along the rows).
+  Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
+- `copy_async` in 16-byte chunks: `lowering=cp_async(cache='cg', elements=W, bytes=16)`
+  (`cp.async.cg.shared.global`, bypassing L1); 8- and 4-byte chunks:
+  `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); no provable chunk:
+  `lowering=load_store` (each thread copies elements with plain loads and stores, at
+  once; the later `copy_async_wait` has nothing to wait for).
+- `dot` on tensor cores: `lowering=mma_sync(shape='m16n8k16', acc='f32')` for f16/bf16
+  inputs, `mma_sync(shape='m16n8k32', acc='s32')` for int8/uint8 (the register layouts
+  were made of these fragments by `infer_layouts`); any other input dtype is a VMError
+  at the `dot`'s line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilevm.backend.divisibility import ProgramPoint, rewrite_instructions
+from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
+from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS
+from tilevm.backend.passes.plan_shared_memory import shared_plan
+from tilevm.ir import instructions as ins
+from tilevm.ir.errors import VMError
+from tilevm.ir.printer import format_instruction
+from tilevm.ir.stmt import Program
+
+
+def select_instructions(program: Program) -> Program:
+    plan = shared_plan(program)
+
+    def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
+        if isinstance(inst, ins.LoadShared):
+            alloc = plan.allocations.get(inst.src.name)
+            choice = select_ldmatrix(
+                inst.out.layout, inst.src.layout, program.num_threads,
+                alloc_offset=alloc.offset if alloc else 1,
+                offset_divisors=[point.divisor(o) for o in inst.offsets])
+            if choice is not None:
+                return replace(inst, lowering=ins.lowering(
+                    "ldmatrix", num=choice.num, trans=choice.trans,
+                    row_dim=choice.row_dim, col_dim=choice.col_dim))
+        elif isinstance(inst, ins.CopyAsync) and inst.lowering is not None:
+            if inst.lowering.name == "chunk":
+                size = inst.lowering["bytes"]
+                return replace(inst, lowering=ins.lowering(
+                    "cp_async", cache="cg" if size == 16 else "ca",
+                    elements=inst.lowering["elements"], bytes=size))
+            return replace(inst, lowering=ins.lowering("load_store"))
+        elif isinstance(inst, ins.Dot):
+            entry = MMA_INSTRUCTIONS.get(inst.a.dtype)
+            if entry is None:
+                names = ", ".join(sorted(str(t) for t in MMA_INSTRUCTIONS))
+                raise VMError(f"dot on {inst.a.dtype} inputs is not supported by the GPU "
+                              f"backend yet (tensor cores: {names})",
+                              format_instruction(inst), inst.loc)
+            (m, n, k) = entry[0]
+            acc = "f32" if inst.a.dtype.is_float else "s32"
+            return replace(inst, lowering=ins.lowering("mma_sync", shape=f"m{m}n{n}k{k}",
+                                                       acc=acc))
+        return inst
+
+    return rewrite_instructions(program, choose)
