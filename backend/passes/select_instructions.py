@@ -49,7 +49,10 @@ def select_instructions(program: Program) -> Program:
                 return replace(inst, lowering=ins.lowering(
                     "ldmatrix", num=choice.num, trans=choice.trans,
                     row_dim=choice.row_dim, col_dim=choice.col_dim))
-        elif isinstance(inst, ins.CopyAsync) and inst.lowering is not None:
+        elif isinstance(inst, ins.CopyAsync):
+            if inst.lowering is None:
+                raise VMError("copy_async has no chunk size (run the vectorize_memory pass "
+                              "first)", format_instruction(inst), inst.loc)
             if inst.lowering.name == "chunk":
                 size = inst.lowering["bytes"]
                 return replace(inst, lowering=ins.lowering(

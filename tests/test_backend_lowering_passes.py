@@ -1,0 +1,186 @@
+"""The lowering passes (`vectorize_memory`, `select_instructions`, `lower_bit_packing`)
+record each instruction's machine form in the IR, codegen emits exactly that form, and
+low-bit register tiles live in packed 32-bit words (a `view` between them is free)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kernel_harness import load_module
+
+import tilevm as tv
+from tilevm.backend import codegen
+from tilevm.backend.divisibility import ProgramPoint
+from tilevm.backend.pipeline import PASS_NAMES, PASSES, compile_program, run_passes
+from tilevm.ir import instructions as ins
+from tilevm.ir.errors import VMError
+from tilevm.ir.expr import Binary, Const, Var
+from tilevm.ir.parser import parse_program
+from tilevm.ir.printer import format_program
+from tilevm.ir.transform import instructions
+from tilevm.layouts import local
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+INT32 = tv.int32
+
+
+def _qmm(wdtype: str = "int4"):
+    module = load_module(EXAMPLES / "quantized_matmul.py")
+    return module.quantized_matmul.specialize(wdtype=tv.dtypes.parse(wdtype), group_size=128)
+
+
+def _by_out(program) -> dict[str, ins.Instruction]:
+    return {i.out.name: i for i in instructions(program.body) if i.output is not None}
+
+
+def test_the_pipeline_order():
+    assert PASS_NAMES == ("verify", "infer_layouts", "convert_layouts", "plan_shared_memory",
+                          "vectorize_memory", "select_instructions", "lower_bit_packing")
+
+
+@pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2"])
+def test_every_machine_decision_of_the_quantized_matmul_is_in_the_ir(wdtype):
+    program = run_passes(_qmm(wdtype))
+    forms: dict[str, set[str]] = {}
+    for inst in instructions(program.body):
+        if inst.opname in ("load_global", "store_global", "load_shared", "store_shared",
+                           "copy_async", "dot", "view"):
+            assert inst.lowering is not None, inst
+        if inst.lowering is not None:
+            forms.setdefault(inst.opname, set()).add(inst.lowering.name)
+    assert forms["dot"] == {"mma_sync"}
+    assert forms["view"] == {"free"}
+    assert forms["cast"] == {"paired_rule"}
+    assert "ldmatrix" in forms["load_shared"]
+    out = _by_out(program)
+    assert out["xa"].lowering == ins.lowering("ldmatrix", num=4, trans=False, row_dim=0,
+                                              col_dim=1)
+    assert out["acc.1"].lowering == ins.lowering("mma_sync", shape="m16n8k16", acc="f32")
+    copies = [i for i in instructions(program.body) if isinstance(i, ins.CopyAsync)]
+    x_copy = next(i for i in copies if i.src.name == "gx")
+    assert x_copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16)
+    # N % 8 == 0 (the example's assume) makes a row of weights N*b/8 bytes, a multiple of
+    # 4 bytes for b = 4 (cp.async of 4-byte chunks) but only of 3 for b = 3: no chunk of
+    # 4+ bytes is provably aligned, so threads copy bytes (the dump shows which).
+    w_copy = next(i for i in copies if i.src.name == "gw")
+    if wdtype == "int4":
+        assert w_copy.lowering == ins.lowering("cp_async", cache="ca", elements=4, bytes=4)
+    elif wdtype == "int3":
+        assert w_copy.lowering == ins.lowering("load_store")
+
+
+def test_the_lowered_program_prints_and_parses_back():
+    program = run_passes(_qmm("int3"))
+    text = format_program(program)
+    assert "lowering=ldmatrix(num=4, trans=False, row_dim=0, col_dim=1)" in text
+    assert "lowering=mma_sync(shape='m16n8k16', acc='f32')" in text
+    again = parse_program(text)
+    assert format_program(again) == text
+    assert [i.lowering for i in instructions(again.body)] == \
+        [i.lowering for i in instructions(program.body)]
+
+
+def test_a_malformed_lowering_is_a_parse_error():
+    text = format_program(run_passes(_qmm()))
+    bad = text.replace("lowering=free", "lowering=free(1, 2)", 1)
+    with pytest.raises(Exception, match="lowering"):
+        parse_program(bad)
+
+
+@pytest.mark.parametrize("missing", ["vectorize_memory", "select_instructions",
+                                     "lower_bit_packing"])
+def test_codegen_refuses_a_program_a_lowering_pass_has_not_seen(missing):
+    program = _qmm()
+    with pytest.raises(VMError, match=f"run the {missing} pass"):
+        for name, run in PASSES:
+            if name != missing:
+                program = run(program)
+        codegen.generate(program)
+
+
+# ---- packed low-bit tiles ------------------------------------------------------------------
+
+@tv.kernel(num_warps=1)
+def view_codes(w: tv.ptr(tv.uint8, const=True), out: tv.ptr(tv.f16), R: tv.int32):
+    tv.grid(1)
+    gw = tv.global_view(w, [32, 16])
+    go = tv.global_view(out, [32, 32])
+    packed = tv.load_global(gw, [0, 0], [32, 16], layout=local(1, 1).spatial(32, 1).local(1, 16))
+    codes = tv.view(packed, tv.int4, [32, 32], local(1, 1).spatial(32, 1).local(1, 32))
+    tv.store_global(go, tv.cast(codes, tv.f16), [0, 0])
+
+
+def test_a_view_between_packed_tiles_is_the_same_registers():
+    program = run_passes(view_codes.specialize())
+    cg = codegen.KernelCodegen(program)
+    cg.generate()
+    packed, codes = cg.tensors["packed"], cg.tensors["codes"]
+    # 16 bytes = 32 int4 codes per thread: four i32 words, shared by both tiles
+    assert len(packed) == 4 and all(str(w.type) == "i32" for w in packed)
+    assert codes is packed
+    ptx = compile_program(view_codes.specialize(), "sm_90").ptx
+    assert "ld.global.v4.u32" in ptx or "ld.global.v4.b32" in ptx or "ld.global.nc.v4" in ptx
+
+
+def test_view_forms():
+    from tilevm.backend.passes.lower_bit_packing import view_form
+    p = tv.dtypes.parse
+    assert view_form(p("uint8"), p("int4")) == "free"
+    assert view_form(p("f16"), p("uint8")) == "pack"
+    assert view_form(p("int3"), p("int16")) == "unpack"
+    assert view_form(p("f16"), p("int16")) == "bitcast"
+    assert view_form(p("f32"), p("f16")) == "repack"
+
+
+# ---- divisibility -------------------------------------------------------------------------
+
+def test_divisors_follow_the_arithmetic():
+    n, k = Var("n", INT32), Var("k", INT32)
+    point = ProgramPoint(divisors={"n": 8, "k": 32})
+    four = Const(4, INT32)
+    assert point.divisor(Binary("*", n, four)) == 32
+    assert point.divisor(Binary("//", Binary("*", n, four), Const(8, INT32))) == 4
+    assert point.divisor(Binary("//", n, Const(3, INT32))) == 1  # not exact: nothing known
+    assert point.divisor(Binary("+", k, Binary("*", n, four))) == 32
+    assert point.divisor(Binary("-", k, Const(8, INT32))) == 8
+    assert point.divisor(Binary("<<", n, Const(2, INT32))) == 32
+    assert point.divisor(Var("m", INT32)) == 1
+
+
+@tv.kernel(num_warps=1)
+def copy_rows(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f16), M: tv.int32, N: tv.int32,
+              *, aligned: bool = False):
+    if aligned:
+        tv.assume(N % 8 == 0)
+    tv.grid(tv.cdiv(M, 32))
+    gx = tv.global_view(x, [M, N])
+    gy = tv.global_view(y, [M, N])
+    for n0 in tv.range(0, N, 64):
+        tile = tv.load_global(gx, [tv.block_idx(0) * 32, n0], [32, 64],
+                              layout=local(1, 1).spatial(32, 1).local(1, 64))
+        tv.store_global(gy, tile, [tv.block_idx(0) * 32, n0])
+
+
+@pytest.mark.parametrize("aligned, width", [(False, 1), (True, 8)])
+def test_vector_width_needs_a_proof_of_alignment(aligned, width):
+    program = run_passes(copy_rows.specialize(aligned=aligned))
+    forms = {i.opname: i.lowering for i in instructions(program.body)
+             if i.opname in ("load_global", "store_global")}
+    assert forms["load_global"] == ins.lowering("vector", elements=width, bytes=2 * width)
+    assert forms["store_global"] == forms["load_global"]
+
+
+def test_a_dot_on_unsupported_inputs_fails_at_its_line():
+    program = run_passes(_qmm(), dump_after=None)
+    dot = next(i for i in instructions(program.body) if isinstance(i, ins.Dot))
+    f32 = tv.dtypes.parse("f32")
+    a = replace(dot.a, type=replace(dot.a.type, dtype=f32))
+    from tilevm.backend.passes.select_instructions import select_instructions
+    from tilevm.ir.transform import map_instructions
+    broken = map_instructions(program, lambda i: replace(i, a=a, lowering=None)
+                              if isinstance(i, ins.Dot) else i)
+    with pytest.raises(VMError, match="dot on f32 inputs") as info:
+        select_instructions(broken)
+    assert info.value.loc is not None and info.value.loc.line == dot.loc.line
