@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import sys
@@ -200,9 +201,12 @@ class Signature:
 
     def grid_for(self, args: Sequence[Any]) -> tuple[int, int, int]:
         """The launch grid for these arguments (validated first)."""
+        return self.grid_of(validate_args(self, args))
+
+    def grid_of(self, bound: Sequence[BoundPointer | BoundScalar]) -> tuple[int, int, int]:
+        """The launch grid for validated arguments (`validate_args`)."""
         if not self.grid:
             raise VMError(f"kernel {self.name}: the signature has no grid; pass one")
-        bound = validate_args(self, args)
         env = {p.name: b.value for p, b in zip(self.params, bound)
                if isinstance(b, BoundScalar)}
         dims = []
@@ -615,10 +619,16 @@ def _what(i: int, p: ParamSpec, sig: Signature) -> str:
     return f"kernel {sig.name}: argument {i} ({p})"
 
 
-def validate_args(signature: Signature, args: Sequence[Any]) -> tuple[BoundPointer |
-                                                                      BoundScalar, ...]:
+def validate_args(signature: Signature, args: Sequence[Any],
+                  checked: set[tuple[Any, ...]] | None = None
+                  ) -> tuple[BoundPointer | BoundScalar, ...]:
     """Check `args` against `signature` (no GPU needed) and bind them; raises
-    `ArgumentTypeError` / `ArgumentValueError` naming the first bad argument."""
+    `ArgumentTypeError` / `ArgumentValueError` naming the first bad argument.
+
+    The checks that depend only on the scalar arguments and the buffers' sizes (the
+    assumptions, the views fitting their buffers) are skipped when `checked` holds that
+    combination already, and recorded there when they pass: a kernel called again and
+    again with the same sizes (every decode step) pays only for binding its arguments."""
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise ArgumentTypeError(f"kernel {signature.name}: arguments must be a list or tuple, "
                                 f"got {type(args).__name__}")
@@ -633,8 +643,12 @@ def validate_args(signature: Signature, args: Sequence[Any]) -> tuple[BoundPoint
             bound.append(_bind_pointer(i, p, a, signature))
         else:
             bound.append(_bind_scalar(i, p, a, signature))
-    _check_assumptions(signature, bound)
-    _check_sizes(signature, bound)
+    key = tuple(b.value if isinstance(b, BoundScalar) else b.buffer.nbytes for b in bound)
+    if checked is None or key not in checked:
+        _check_assumptions(signature, bound)
+        _check_sizes(signature, bound)
+        if checked is not None:
+            checked.add(key)
     return tuple(bound)
 
 
@@ -655,63 +669,75 @@ def _check_assumptions(sig: Signature, bound: Sequence[BoundPointer | BoundScala
 
 
 def _bind_pointer(i: int, p: ParamSpec, a: Any, sig: Signature) -> BoundPointer:
-    what = _what(i, p, sig)
-    expected = _expected_text(p.dtype)
+    # The messages are built only on the error paths: binding runs at every launch.
+    def what() -> str:
+        return _what(i, p, sig)
+
+    def expected() -> str:
+        return _expected_text(p.dtype)
+
     if isinstance(a, (bool, int, float)) or a is None:
-        raise ArgumentTypeError(f"{what} must be a CUDA array of {expected}, got "
+        raise ArgumentTypeError(f"{what()} must be a CUDA array of {expected()}, got "
                                 f"{type(a).__name__} {a!r}")
     info = describe_buffer(a)
     if info is None:
         raise ArgumentTypeError(
-            f"{what} must be a CUDA array of {expected} (a torch tensor, a DeviceArray, or an "
+            f"{what()} must be a CUDA array of {expected()} (a torch tensor, a DeviceArray, or an "
             f"object with __cuda_array_interface__ or __dlpack__), got {type(a).__name__}")
     if info.device not in ("cuda", "cuda_managed"):
-        raise ArgumentTypeError(f"{what} is on the {info.device} device ({info.dtype_name}); "
+        raise ArgumentTypeError(f"{what()} is on the {info.device} device ({info.dtype_name}); "
                                 f"it must be a CUDA array (e.g. tensor.cuda())")
     fits = (info.tilevm_dtype == p.dtype) or info.dtype in _accepted_codes(p.dtype)
     if not fits:
-        raise ArgumentTypeError(f"{what} must hold {expected}, got {info.dtype_name}")
+        raise ArgumentTypeError(f"{what()} must hold {expected()}, got {info.dtype_name}")
     if not info.contiguous:
-        raise ArgumentValueError(f"{what} must be contiguous (e.g. tensor.contiguous())")
+        raise ArgumentValueError(f"{what()} must be contiguous (e.g. tensor.contiguous())")
     align = p.required_align
     if info.address % align:
         raise ArgumentValueError(
-            f"{what}: address {info.address:#x} is not {align}-byte aligned, as the compiled "
+            f"{what()}: address {info.address:#x} is not {align}-byte aligned, as the compiled "
             f"kernel assumes (it is {info.address % align} bytes past a multiple of {align}; "
             f"a slice that starts mid-buffer does this: pass a fresh or .clone()d array)")
     if p.readonly is False and info.readonly:
-        raise ArgumentValueError(f"{what}: the kernel writes through this pointer but the "
+        raise ArgumentValueError(f"{what()}: the kernel writes through this pointer but the "
                                  f"array is read-only")
     return BoundPointer(p, info)
 
 
 def _bind_scalar(i: int, p: ParamSpec, a: Any, sig: Signature) -> BoundScalar:
-    what = _what(i, p, sig)
+    def what() -> str:
+        return _what(i, p, sig)
+
     dtype = p.dtype
     if isinstance(a, np.generic) or (isinstance(a, np.ndarray) and a.ndim == 0):
         a = a.item()
     if _looks_like_array(a):
-        raise ArgumentTypeError(f"{what} is a scalar; got an array ({type(a).__name__})")
+        raise ArgumentTypeError(f"{what()} is a scalar; got an array ({type(a).__name__})")
     if dtype.is_float:
         if isinstance(a, bool) or not isinstance(a, (int, float)):
-            raise ArgumentTypeError(f"{what} must be a number, got {type(a).__name__} {a!r}")
+            raise ArgumentTypeError(f"{what()} must be a number, got {type(a).__name__} {a!r}")
         v = float(a)
         if math.isnan(v) and not dtype.has_nan:
-            raise ArgumentValueError(f"{what}: {dtype} has no NaN")
+            raise ArgumentValueError(f"{what()}: {dtype} has no NaN")
         if math.isinf(v) and not dtype.has_inf:
-            raise ArgumentValueError(f"{what}: {dtype} has no infinity")
+            raise ArgumentValueError(f"{what()}: {dtype} has no infinity")
         if math.isfinite(v) and abs(v) > dtype.max:
-            raise ArgumentValueError(f"{what}: {a!r} is out of range for {dtype} "
+            raise ArgumentValueError(f"{what()}: {a!r} is out of range for {dtype} "
                                      f"(largest finite value {dtype.max!r})")
         return BoundScalar(p, v)
     if isinstance(a, bool):
         a = int(a)
     if not isinstance(a, int):
-        raise ArgumentTypeError(f"{what} must be an int, got {type(a).__name__} {a!r}")
-    lo, hi = int(dtype.min_exact), int(dtype.max_exact)
+        raise ArgumentTypeError(f"{what()} must be an int, got {type(a).__name__} {a!r}")
+    lo, hi = _int_range(dtype)
     if not lo <= a <= hi:
-        raise ArgumentValueError(f"{what}: {a} is out of range for {dtype} [{lo}, {hi}]")
+        raise ArgumentValueError(f"{what()}: {a} is out of range for {dtype} [{lo}, {hi}]")
     return BoundScalar(p, a)
+
+
+@functools.cache
+def _int_range(dtype: DataType) -> tuple[int, int]:
+    return int(dtype.min_exact), int(dtype.max_exact)
 
 
 def _looks_like_array(a: Any) -> bool:
@@ -1081,6 +1107,8 @@ class Kernel:
         self.shared_bytes = shared_bytes
         self._dynamic_limit = MAX_STATIC_SHARED
         self._max_threads: int | None = None
+        self._checked: set[tuple[Any, ...]] = set()  # size checks passed (validate_args)
+        self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}  # by scalar args
 
     def attribute(self, name: str) -> int:
         drv = _driver()
@@ -1092,27 +1120,41 @@ class Kernel:
         """Launch with the signature's grid and block size and the module's shared bytes."""
         if self.signature is None:
             raise VMError(f"kernel {self.name} has no signature: use launch(grid, block, ...)")
-        if grid is None:
-            grid = self.signature.grid_for(args)
         if not self.num_threads:
             raise VMError(f"kernel {self.name}: unknown block size: use launch(...)")
-        self.launch(grid, (self.num_threads,), self.shared_bytes, args, stream)
+        bound = validate_args(self.signature, args, self._checked)
+        if grid is None:
+            key = tuple(b.value for b in bound if isinstance(b, BoundScalar))
+            grid = self._grids.get(key)
+            if grid is None:
+                grid = self._grids[key] = self.signature.grid_of(bound)
+        self._launch_bound(grid, (self.num_threads,), self.shared_bytes, bound, stream)
 
     def launch(self, grid: int | Sequence[int], block: int | Sequence[int], shared_bytes: int,
                args: Sequence[Any], stream: Any = None) -> None:
         """Validate `args` (against the signature, if any), then launch on `stream`."""
-        grid3 = _dim3(grid, "grid")
-        block3 = _dim3(block, "block")
+        _dim3(grid, "grid")  # bad launch dimensions are reported before the arguments
+        _dim3(block, "block")
         if not isinstance(shared_bytes, int) or shared_bytes < 0:
             raise ArgumentValueError(f"shared_bytes must be a non-negative int, got "
                                      f"{shared_bytes!r}")
         if self.signature is not None:
-            bound = validate_args(self.signature, args)
-            params = _pack(bound)
-            pointers = [b for b in bound if isinstance(b, BoundPointer)]
+            self._launch_bound(grid, block, shared_bytes,
+                               validate_args(self.signature, args, self._checked), stream)
         else:
-            params = _pack_raw(args)
-            pointers = []
+            self._launch_packed(grid, block, shared_bytes, _pack_raw(args), [], stream)
+
+    def _launch_bound(self, grid: int | Sequence[int], block: int | Sequence[int],
+                      shared_bytes: int, bound: Sequence[BoundPointer | BoundScalar],
+                      stream: Any) -> None:
+        self._launch_packed(grid, block, shared_bytes, _pack(bound),
+                            [b for b in bound if isinstance(b, BoundPointer)], stream)
+
+    def _launch_packed(self, grid: int | Sequence[int], block: int | Sequence[int],
+                       shared_bytes: int, params: _LaunchParams,
+                       pointers: Sequence[BoundPointer], stream: Any) -> None:
+        grid3 = _dim3(grid, "grid")
+        block3 = _dim3(block, "block")
         for axis, (n, most) in enumerate(zip(grid3, _MAX_GRID)):
             if n > most:
                 raise ArgumentValueError(f"grid dimension {axis} is {n}, more than {most}")

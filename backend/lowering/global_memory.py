@@ -3,8 +3,9 @@
 A view is its base pointer, offset, shape and strides as i64 values. Loads and stores
 are bounds-checked per element (ragged edges); groups of registers that hold
 consecutive elements of a unit-stride last dimension at provably aligned addresses are
-accessed as one vector of up to 16 bytes (`ld.global.v4`), with a scalar fallback taken
-only by a vector that straddles the edge.
+accessed as one vector of up to 16 bytes (`ld.global.v4`; the width is pass
+`vectorize_memory`'s), with a scalar fallback taken only by a vector that straddles the
+edge; a vector wholly outside loads nothing.
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
     vec_ty = ir.VectorType(ty, width)
     values: list[ir.Value] = []
     for whole, index, preds in _element_addresses(cg, view, inst.out, inst.offsets, width):
-        # The fast path: the whole vector is inside the view (one ld.global.vN).
-        # A vector straddling a ragged edge loads element by element.
+        # The fast path: the whole vector is inside the view (one ld.global.vN). A vector
+        # wholly outside (rows past M, say) loads nothing; one straddling a ragged edge
+        # loads element by element.
         with cg.b.if_else(whole) as (then, otherwise):
             with then:
                 ptr = cg.b.gep(view.base, [index], source_etype=ty)
@@ -125,21 +127,43 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
                     vec = cg.b.load(ptr, typ=ty)
                 fast = cg.b.block
             with otherwise:
-                parts = []
-                for i, inside in enumerate(preds):
-                    safe = cg.b.select(inside, cg.b.add(index, ir.Constant(I64, i)),
-                                         view.offset)
-                    loaded = cg.b.load(cg.b.gep(view.base, [safe], source_etype=ty),
-                                         typ=ty)
-                    # Predicated: the address is clamped, the value replaced.
-                    parts.append(cg.b.select(inside, loaded, other))
-                slow_vec = parts[0] if width == 1 else build_vector(cg.b, parts, vec_ty)
+                if width == 1:  # not inside: nothing to load
+                    slow_vec = other
+                else:
+                    slow_vec = _load_straddling(cg, view, index, preds, other, vec_ty)
                 slow = cg.b.block
         phi = cg.b.phi(vec_ty if width > 1 else ty)
         phi.add_incoming(vec, fast)
         phi.add_incoming(slow_vec, slow)
         values += vector_registers(cg, phi, width, inst.out.dtype)
     define_loaded(cg, inst.out, values, width)
+
+def _load_straddling(cg: KernelCodegen, view: GlobalViewValue, index: ir.Value,
+                     preds: list[ir.Value], other: ir.Value, vec_ty: ir.VectorType
+                     ) -> ir.Value:
+    """A vector some of whose elements may be inside: element loads (clamped addresses,
+    values replaced by `other` outside) when any is inside, else `other` everywhere."""
+    ty = vec_ty.element
+    any_inside = preds[0]
+    for p in preds[1:]:
+        any_inside = cg.b.or_(any_inside, p)
+    with cg.b.if_else(any_inside) as (then, otherwise):
+        with then:
+            parts = []
+            for i, inside in enumerate(preds):
+                safe = cg.b.select(inside, cg.b.add(index, ir.Constant(I64, i)), view.offset)
+                loaded = cg.b.load(cg.b.gep(view.base, [safe], source_etype=ty), typ=ty)
+                parts.append(cg.b.select(inside, loaded, other))
+            some = build_vector(cg.b, parts, vec_ty)
+            some_block = cg.b.block
+        with otherwise:
+            none = build_vector(cg.b, [other] * len(preds), vec_ty)
+            none_block = cg.b.block
+    phi = cg.b.phi(vec_ty)
+    phi.add_incoming(some, some_block)
+    phi.add_incoming(none, none_block)
+    return phi
+
 
 def lower_store_global(cg: KernelCodegen, inst: ins.StoreGlobal) -> None:
     view = cg.tensors[inst.dst.name]
