@@ -8,6 +8,9 @@
     vmc run FILE.py[:KERNEL] --interpret [--set name=value ...] [--seed N]
                              run an example program on random inputs in the reference
                              interpreter and check it against its float64 reference
+    vmc bench qmm OUT_DIR [options]
+                             the quantized matmul benchmark on the GPU (tilevm.bench.qmm;
+                             `vmc bench qmm --help` lists its options)
 
 Errors go to stderr as one line and exit with status 2 (bad usage or input) or 1.
 """
@@ -347,6 +350,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from tilevm.bench import qmm
+
+    benchmarks = {"qmm": qmm.main}
+    return benchmarks[args.benchmark](args.options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vmc", description="tilevm: a low-precision GPU virtual machine and compiler.")
@@ -421,6 +431,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "bench", help="run a benchmark on the GPU (JSON, Markdown, plot)",
+        description="Run a benchmark of bench/ and write its results to OUT_DIR; the "
+                    "arguments after the benchmark's name are its own (vmc bench qmm --help).",
+        epilog="examples: vmc bench qmm out --quick\n"
+               "          vmc bench qmm out --shapes 8b.qkv --m 1,16 --dtypes int4,int3",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("benchmark", choices=("qmm",),
+                   help="qmm: quantized matmul against cuBLAS and gemlite")
+    p.add_argument("options", nargs=argparse.REMAINDER, metavar="...",
+                   help="OUT_DIR and the benchmark's options")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -1,0 +1,222 @@
+"""`quantized_matmul(x, qw)`: `x @ dequantize(qw)` on the GPU with the VM kernel, and the
+tuner that picks its schedule.
+
+`x` is a CUDA torch tensor `[..., K]` of f16 or bf16 (the type of `qw.scales`); `qw` a
+`QuantizedWeight` in the "fragments" format on the same device (`quantize(w, dtype,
+group_size, format="fragments")`). The result is `[..., N]` in x's type.
+
+Schedules (`kernels.schedule`): with `tune=False` the `default_schedule` is used; with
+`tune=True` (the default) the first call for a (GPU, weight type, group size,
+activation type, zero points, M bucket, N, K) compiles every candidate, times each on
+the GPU (median of several runs, L2 flushed before each, the GPU kept busy by a sleep
+while the host submits the launch, so that the events time the kernels and not the
+host's Python) and keeps the fastest in an
+on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
+written atomically); later calls, in this process or another, read it. A progress line
+on stderr shows the tuning. M is bucketed (1, 16, 64, 256, 1024, 4096, larger) so one
+tuning serves every M of a bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tilevm.kernels.qmm import qmm_kernel, splitk_sum_kernel
+from tilevm.kernels.schedule import Schedule, candidates, default_schedule
+from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight, padded_n
+
+M_BUCKETS = (1, 16, 64, 256, 1024, 4096)
+_lock = threading.Lock()
+_memory: dict[str, Schedule] = {}  # tuned schedules of this process
+
+
+def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None = None,
+                     tune: bool = True, out: Any = None) -> Any:
+    """`x @ dequantize(qw)` (see the module docstring); `out` (optional) receives it."""
+    import torch
+
+    K, N = qw.shape
+    _check(x, qw, K)
+    lead = tuple(x.shape[:-1])
+    x2 = x.reshape(-1, K)
+    if not x2.is_contiguous():
+        x2 = x2.contiguous()
+    M = x2.shape[0]
+    if out is None:
+        out = torch.empty(*lead, N, dtype=x.dtype, device=x.device)
+    if M == 0:
+        return out
+    if schedule is None:
+        schedule = tuned_schedule(x2, qw) if tune else default_schedule(M, N, K,
+                                                                        qw.group_size)
+    _launch(x2, qw, out.view(M, N), schedule)
+    return out
+
+
+def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
+    import torch
+
+    if not isinstance(x, torch.Tensor) or not x.is_cuda:
+        raise TypeError(f"x must be a CUDA torch tensor, got {type(x).__name__}"
+                        + (f" on {x.device}" if isinstance(x, torch.Tensor) else ""))
+    if qw.format != FRAGMENTS:
+        raise ValueError(f"the kernel reads the 'fragments' weight format, got {qw.format!r} "
+                         "(quantize(..., format='fragments'))")
+    if not isinstance(qw.packed, torch.Tensor) or qw.packed.device != x.device:
+        raise ValueError(f"the weights must be torch tensors on {x.device}")
+    act = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(x.dtype)
+    if act is None or act != qw.scale_dtype.name:
+        raise TypeError(f"x must be {qw.scale_dtype} (the scales' type), got {x.dtype}")
+    if x.ndim < 1 or x.shape[-1] != K:
+        raise ValueError(f"x must be [..., K] with K = {K}, got {tuple(x.shape)}")
+
+
+def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
+    import torch
+
+    K, N = qw.shape
+    M = x.shape[0]
+    act = qw.scale_dtype.name
+    zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
+    constants = dict(wdtype=qw.dtype, group_size=qw.group_size, has_zeros=qw.zeros is not None,
+                     **s.constants())
+    if s.split_k == 1:
+        _compiled(qmm_kernel(act), constants)(x, qw.packed, qw.scales, zeros, y, M, N, K)
+        return
+    ws = torch.empty(s.split_k, M, padded_n(N), dtype=torch.float32, device=x.device)
+    _compiled(qmm_kernel(act, True), constants)(x, qw.packed, qw.scales, zeros, ws, M, N, K)
+    _compiled(splitk_sum_kernel(act), {"split_k": s.split_k})(ws, y, M, N)
+
+
+_kernels: dict[tuple[Any, ...], Any] = {}
+
+
+def _compiled(kernel: Any, constants: dict[str, Any]) -> Any:
+    """The loaded kernel for these constants (compiled once per process; the PTX comes
+    from the on-disk cache after the first process)."""
+    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
+
+    key = (kernel.name, tuple(sorted((k, str(v)) for k, v in constants.items())))
+    loaded = _kernels.get(key)
+    if loaded is None:
+        loaded = _kernels[key] = compiled_kernel(kernel.specialize(**constants))
+    return loaded
+
+
+# ---- tuning ------------------------------------------------------------------------------
+
+def m_bucket(M: int) -> int:
+    """The tuning bucket of M: the smallest bucket >= M (larger M share the last)."""
+    return next((b for b in M_BUCKETS if M <= b), M_BUCKETS[-1] * 2)
+
+
+def tuning_key(x: Any, qw: QuantizedWeight) -> str:
+    import torch
+
+    K, N = qw.shape
+    gpu = torch.cuda.get_device_name(x.device).replace("|", "/")
+    return (f"{gpu}|{qw.dtype}|g{qw.group_size}|{qw.scale_dtype}|"
+            f"z{int(qw.zeros is not None)}|M{m_bucket(x.shape[0])}|N{N}|K{K}")
+
+
+def tuning_file() -> Path:
+    root = os.environ.get("TILEVM_CACHE_DIR") or Path.home() / ".cache" / "tilevm"
+    return Path(root) / "tuning.json"
+
+
+def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
+    """The fastest schedule for this problem (tuned once, then from the table)."""
+    key = tuning_key(x, qw)
+    if key in _memory:
+        return _memory[key]
+    table = _read_table()
+    if key in table:
+        try:
+            _memory[key] = Schedule(**table[key]["schedule"])
+            return _memory[key]
+        except (TypeError, KeyError):
+            pass  # an entry of another version: tune again
+    schedule, report = tune(x, qw)
+    _memory[key] = schedule
+    with _lock:
+        table = _read_table()
+        table[key] = {"schedule": schedule.constants(), **report}
+        _write_table(table)
+    return schedule
+
+
+def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[str, Any]]:
+    """Compile and time every candidate schedule; return the fastest and a report."""
+    import torch
+
+    K, N = qw.shape
+    M = x.shape[0]
+    todo = candidates(M, N, K, qw.group_size)
+    y = torch.empty(M, N, dtype=x.dtype, device=x.device)
+    flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
+    start = time.perf_counter()
+    timings: list[tuple[float, Schedule]] = []
+    sleep = getattr(torch.cuda, "_sleep", None)
+    for i, s in enumerate(todo):
+        _progress(f"tuning qmm {qw.dtype} g{qw.group_size} M={M} N={N} K={K}", i, len(todo))
+        _launch(x, qw, y, s)  # compiles
+        torch.cuda.synchronize()
+        host = time.perf_counter()
+        for _ in range(3):
+            _launch(x, qw, y, s)
+        host = (time.perf_counter() - host) / 3  # the host's time to submit one call
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            flush.zero_()
+            if sleep is not None:  # keep the GPU busy while the host submits the call,
+                sleep(int(2 * host * 2e9))  # so the events time the kernels alone
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                enable_timing=True)
+            begin.record()
+            _launch(x, qw, y, s)
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) * 1e3)
+        timings.append((sorted(times)[len(times) // 2], s))
+    _progress("", len(todo), len(todo))
+    best_us, best = min(timings, key=lambda t: t[0])
+    return best, {"us": round(best_us, 2), "candidates": len(todo),
+                  "tuning_s": round(time.perf_counter() - start, 2)}
+
+
+def _progress(what: str, done: int, total: int) -> None:
+    if not sys.stderr.isatty() and done not in (0, total):
+        return  # a log file gets the first and last line only
+    if done == total:
+        sys.stderr.write("\r\033[K" if sys.stderr.isatty() else "")
+        sys.stderr.flush()
+        return
+    bar = "#" * (20 * done // total)
+    sys.stderr.write(f"\r{what} [{bar:<20}] {done}/{total}")
+    if not sys.stderr.isatty():
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _read_table() -> dict[str, Any]:
+    try:
+        return json.loads(tuning_file().read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: tune again
+
+
+def _write_table(table: dict[str, Any]) -> None:
+    path = tuning_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)  # atomic: readers see the old table or the new one

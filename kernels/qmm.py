@@ -1,0 +1,223 @@
+"""The quantized matmul `y[M, N] = x[M, K] @ dequant(W)[K, N]`, written on the VM.
+
+Weights are b-bit codes (any 1..8-bit int, uint or float type) with one scale per
+group of `group_size` rows of K and column (and, for unsigned types, optionally a zero
+point: `W = (code - zero) * scale`); activations and output are f16 or bf16.
+
+The kernel (one program for every M; the schedule picks the tile sizes):
+
+- each warp owns 32 columns of y and streams its weights straight from global memory
+  into registers, 16 bytes per lane for int4 (`4 * b` bytes: 32 codes), already in the
+  order the tensor cores read them. The weight format (`fragment_order`) stores each
+  32 x 32 block of codes ("atom") lane by lane: lane `t` finds its 32 codes of the
+  atom's eight `mma.m16n8k16` B fragments in `4 * b` consecutive bytes. So a `view` of
+  the loaded bytes is already the B operand of `dot` (no shuffle, no shared memory),
+  and the 16-byte loads of a warp cover 512 contiguous bytes;
+- `cast` to f16/bf16 (two codes per f16x2 op), times the group's scale row, `dot` into
+  an f32 accumulator of `[bm, 32 * num_warps]`;
+- the activations go through shared memory, one `copy_async` per block and k-tile (rows
+  past M are zero-filled without being read), and `ldmatrix` into the A fragments
+  (`x_shared=False` loads them from global memory straight into the A fragments
+  instead);
+- finally `cast` to the output type and a masked store (ragged M and N).
+
+Requirements the format and the runtime enforce (`tv.assume`, checked before launch):
+K is a multiple of `group_size` (times `split_k`; of `2 * bk * split_k` with the
+two-stage pipeline) and of 32; N is any width (the format pads it to a multiple of 32,
+`Np`; the store is masked); `bk` divides `group_size` (a k-tile never straddles two
+scale groups) and is a multiple of 32.
+"""
+
+
+# No `from __future__ import annotations` here: the kernels' parameter annotations
+# (`tv.ptr(act)`) must be evaluated where they are written, inside the factories.
+from functools import cache
+
+import numpy as np
+
+from tilevm import dtypes
+from tilevm.dtypes import DataType
+from tilevm.layouts import local, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_b
+from tilevm.vm import lang as tv
+from tilevm.vm.frontend import Kernel
+
+ATOM = 32  # the format's block of codes: ATOM x ATOM, one warp's 32 columns
+# One warp's registers over an atom: 2 x 4 mma B fragments (16 x 8 each), row-major.
+ATOM_LAYOUT = local(2, 4) * mma_m16n8k16_b()
+
+
+@cache
+def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
+    """The kernel for activations (and scales, zeros, output) of type `act`. With
+    `partial`, the output is the f32 workspace `[split_k, M, N]` of split-K partial sums
+    (`splitk_sum_kernel` adds them up) instead of `y[M, N]`."""
+    act = dtypes.parse(act)
+    if act.name not in ("f16", "bf16"):
+        raise ValueError(f"activations must be f16 or bf16, got {act}")
+    out = tv.f32 if partial else act
+
+    @tv.kernel(num_warps=1)
+    def qmm(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
+            scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
+            y: tv.ptr(out), M: tv.int32, N: tv.int32, K: tv.int32,
+            *, wdtype: DataType = tv.int4, group_size: int = 128, has_zeros: bool = False,
+            bm: int = 16, bk: int = 64, num_warps: int = 1, split_k: int = 1,
+            x_shared: bool = True):
+        b = wdtype.bits
+        tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
+        tv.static_assert(bk % ATOM == 0 and group_size % bk == 0,
+                         f"bk={bk} must be a multiple of {ATOM} dividing "
+                         f"group_size={group_size}")
+        tv.static_assert(bm % 16 == 0, f"bm={bm} must be a multiple of 16")
+        tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
+        bn = ATOM * num_warps
+        tv.assume(K % (group_size * split_k) == 0)
+        tv.assume(K % ATOM == 0)
+        Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
+
+        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), split_k)
+        gx = tv.global_view(x, [M, K])
+        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
+        gs = tv.global_view(scales, [K // group_size, Np])
+        gz = tv.global_view(zeros, [K // group_size, Np])
+        n0 = tv.block_idx(0) * bn
+        m0 = tv.block_idx(1) * bm
+        atom_n0 = tv.block_idx(0) * num_warps
+        k_len = K // split_k
+        k_begin = tv.block_idx(2) * k_len
+
+        # Lane t of warp j holds, for each of the bk/32 atoms along K, the 4*b bytes of
+        # its 32 codes of atom (k, j): the B fragments of `dot`, in its register order.
+        byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
+            .local(1, 1, 1, 4 * b)
+        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * ATOM_LAYOUT
+        tile = [bk // ATOM, num_warps, 32, 4 * b]
+
+        # (the k-tile's weights: see `dequantize`)
+        groups = (gs, gz if has_zeros else None, group_size, n0)
+
+        acc = tv.zeros([bm, bn], tv.f32)
+        # Software pipelining: the next k-tile's weights (registers) and activations
+        # (shared memory, two stages) are in flight while this one is computed.
+        ahead = tv.load_global(gw, [k_begin // ATOM, atom_n0, 0, 0], tile, layout=byte_layout)
+        if x_shared:
+            tv.assume(K % (2 * bk * split_k) == 0)  # whole pairs of k-tiles per split
+            xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
+            tv.copy_async(xs[0], gx, [m0, k_begin])
+            tv.copy_async_commit()
+            for k0 in tv.range(k_begin, k_begin + k_len, 2 * bk):
+                for s in range(2):  # unrolled: stage s holds the k-tile at k0 + s * bk
+                    k = k0 + s * bk if s else k0
+                    tv.copy_async(xs[1 - s], gx, [m0, k + bk])  # rows past M: zeros
+                    tv.copy_async_commit()
+                    packed = ahead
+                    ahead = tv.load_global(gw, [(k + bk) // ATOM, atom_n0, 0, 0], tile,
+                                           layout=byte_layout)
+                    wt = dequantize(packed, k, wdtype, act, code_layout, groups)
+                    tv.copy_async_wait(1)  # this stage's activations have landed ...
+                    tv.sync()  # ... for every warp
+                    acc = tv.dot(tv.load_shared(xs[s], [0, 0], [bm, bk]), wt, acc)
+                    tv.sync()  # every warp has read stage s before it is refilled
+            tv.copy_async_wait(0)
+        else:
+            for k0 in tv.range(k_begin, k_begin + k_len, bk):
+                packed = ahead
+                ahead = tv.load_global(gw, [(k0 + bk) // ATOM, atom_n0, 0, 0], tile,
+                                       layout=byte_layout)
+                wt = dequantize(packed, k0, wdtype, act, code_layout, groups)
+                acc = tv.dot(tv.load_global(gx, [m0, k0], [bm, bk]), wt, acc)
+        if partial:  # this split's slice of the workspace [split_k, M, Np]
+            gy = tv.global_view(y, [M, N], strides=[Np, 1], offset=tv.block_idx(2) * M * Np)
+            tv.store_global(gy, acc, [m0, n0])
+        else:
+            gy = tv.global_view(y, [M, N])
+            tv.store_global(gy, tv.cast(acc, act), [m0, n0])
+
+    qmm.name = f"qmm_{act.name}" + ("_partial" if partial else "")
+    return qmm
+
+
+def dequantize(packed, k, wdtype, act, code_layout, groups):
+    """A k-tile's weights in `act` (runs at compile time inside `qmm`): the codes, a free
+    view of the loaded bytes in the B-fragment layout, cast, minus the zero point, times
+    the group's scale row."""
+    gs, gz, group_size, n0 = groups
+    shape = list(code_layout.shape)
+    codes = tv.view(packed, wdtype, shape, code_layout)
+    scale = tv.load_global(gs, [k // group_size, n0], [1, shape[1]])
+    if gz is not None:
+        zero = tv.load_global(gz, [k // group_size, n0], [1, shape[1]])
+        return (tv.cast(codes, act) - zero) * scale
+    return tv.cast(codes, act) * scale
+
+
+@cache
+def splitk_sum_kernel(act: DataType | str = "f16") -> Kernel:
+    """`y[M, N] = act(sum over s of ws[s, M, :N])`: the split-K partial sums (workspace
+    `[split_k, M, Np]`, Np = N rounded up to 32), added in f32 and rounded once."""
+    act = dtypes.parse(act)
+
+    @tv.kernel(num_warps=4)
+    def splitk_sum(ws: tv.ptr(tv.f32, const=True), y: tv.ptr(act), M: tv.int32,
+                   N: tv.int32, *, split_k: int = 2, block: int = 1024):
+        tv.static_assert(block % 512 == 0, "block must be a multiple of 512")
+        Np = tv.cdiv(N, ATOM) * ATOM  # the workspace's rows are padded like the weights
+        tv.grid(tv.cdiv(N, block), M)
+        gw = tv.global_view(ws, [split_k, M, N], strides=[M * Np, Np, 1])
+        gy = tv.global_view(y, [M, N])
+        n0 = tv.block_idx(0) * block
+        m = tv.block_idx(1)
+        parts = tv.load_global(gw, [0, m, n0], [split_k, 1, block],
+                               layout=local(split_k, 1, block // 512).spatial(1, 1, 128)
+                               .local(1, 1, 4))
+        tv.store_global(gy, tv.cast(tv.sum(parts, 0), act), [m, n0])
+
+    splitk_sum.name = f"splitk_sum_{act.name}"
+    return splitk_sum
+
+
+# ---- the weight format ---------------------------------------------------------------------
+
+def fragment_order(codes):
+    """`codes[K, N]` (K, N multiples of 32; numpy or torch) -> `[K/32, N/32, 32, 32]`:
+    for each 32 x 32 atom (row-major over the atoms), lane `t`'s 32 codes in its register
+    order (`ATOM_LAYOUT`). The "fragments" weight format packs each such run of 32 codes
+    (`kernels.weights`), so a lane's load brings exactly its B fragments."""
+    K, N = (int(s) for s in codes.shape)
+    if K % ATOM or N % ATOM:
+        raise ValueError(f"the fragment order needs K and N multiples of {ATOM}, got {K}, {N}")
+    ks, ns = _lane_coordinates()
+    atoms = codes.reshape(K // ATOM, ATOM, N // ATOM, ATOM)
+    atoms = atoms.permute(0, 2, 1, 3) if hasattr(atoms, "permute") else \
+        atoms.transpose(0, 2, 1, 3)
+    if hasattr(atoms, "permute"):  # torch: index with tensors on its device
+        import torch
+
+        ks, ns = (torch.as_tensor(a, device=atoms.device) for a in (ks, ns))
+    return atoms[:, :, ks, ns]
+
+
+def fragment_order_inverse(ordered):
+    """`fragment_order`'s inverse: `[K/32, N/32, 32, 32]` lane runs -> `codes[K, N]`."""
+    K32, N32 = (int(s) for s in ordered.shape[:2])
+    ks, ns = _lane_coordinates()
+    flat = ks * ATOM + ns  # [lane, local] -> position in the atom
+    order = np.argsort(flat.reshape(-1))
+    runs = ordered.reshape(K32, N32, ATOM * ATOM)
+    if hasattr(runs, "permute"):
+        import torch
+
+        atoms = runs[:, :, torch.as_tensor(order, device=runs.device)]
+        return atoms.reshape(K32, N32, ATOM, ATOM).permute(0, 2, 1, 3).reshape(
+            K32 * ATOM, N32 * ATOM)
+    atoms = runs[:, :, order]
+    return atoms.reshape(K32, N32, ATOM, ATOM).transpose(0, 2, 1, 3).reshape(
+        K32 * ATOM, N32 * ATOM)
+
+
+@cache
+def _lane_coordinates() -> tuple[np.ndarray, np.ndarray]:
+    """(k, n) inside an atom of each (lane, local) of `ATOM_LAYOUT`: two [32, 32] arrays."""
+    table = ATOM_LAYOUT.table()  # [lane, local, (k, n)]
+    return table[..., 0], table[..., 1]

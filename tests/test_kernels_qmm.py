@@ -1,0 +1,254 @@
+"""The quantized matmul of tilevm.kernels: the fragments weight format against the PTX
+ISA's mma B-fragment formula, the kernel in the interpreter against a float64
+reference, every weight type compiled without spills, the schedule space, the tuning
+table; on the GPU (marked `gpu`) every weight type of ../shared/BENCHMARKS.md with f16
+and bf16 activations, ragged M and N, zero points, split-K and `QuantizedLinear`
+against a float64 `x @ dequantize(W)`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from tilevm import dtypes
+from tilevm.backend import ptxas
+from tilevm.backend.pipeline import compile_program
+from tilevm.kernels import matmul, schedule
+from tilevm.kernels.qmm import (
+    ATOM,
+    fragment_order,
+    fragment_order_inverse,
+    qmm_kernel,
+    splitk_sum_kernel,
+)
+from tilevm.kernels.schedule import Schedule, candidates, default_schedule
+from tilevm.kernels.weights import FRAGMENTS, pack_weights, padded_n, quantize
+
+BENCH_TYPES = ("int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2", "uint3",
+               "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2")
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+# ---- the weight format ------------------------------------------------------------------
+
+def test_each_lane_gets_its_mma_b_fragments():
+    """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j) in row-major
+    order, the B elements (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's
+    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second)."""
+    K, N = 64, 96
+    codes = np.arange(K * N).reshape(K, N)
+    ordered = fragment_order(codes)
+    assert ordered.shape == (K // ATOM, N // ATOM, 32, 32)
+    for ak in range(K // ATOM):
+        for an in range(N // ATOM):
+            for lane in range(32):
+                g, c = divmod(lane, 4)
+                want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
+                        for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
+                assert list(ordered[ak, an, lane]) == want
+    assert np.array_equal(fragment_order_inverse(ordered), codes)
+
+
+@pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2", "int8", "uint1"])
+def test_fragments_pack_a_lane_run_per_4b_bytes(wdtype):
+    wd = dtypes.parse(wdtype)
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 1 << wd.bits, (64, 64)).astype(np.uint8)
+    packed = pack_weights(codes, wd, FRAGMENTS)
+    assert packed.shape == (2, 64 * 4 * wd.bits)
+    runs = packed.reshape(-1, 4 * wd.bits)
+    order = fragment_order(codes).reshape(-1, 32)
+    for run, lane_codes in zip(runs[:40], order[:40]):  # dtypes.unpack is the reference
+        assert np.array_equal(dtypes.unpack(run, wd.bits, 32), lane_codes)
+
+
+def test_quantize_pads_n_to_whole_atoms():
+    w = np.random.default_rng(2).standard_normal((128, 40))
+    qw = quantize(w, "int4", 64, format=FRAGMENTS)
+    assert padded_n(40) == 64 and qw.scales.shape == (2, 64) and qw.packed.shape == (4, 64 * 16)
+    ref = quantize(w, "int4", 64)
+    assert np.array_equal(qw.dequantize(), ref.dequantize())
+
+
+# ---- the kernel in the interpreter ------------------------------------------------------------
+
+def _problem(wdtype: str, M: int, N: int, K: int, g: int, zeros: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N))
+    qw = quantize(w, wdtype, g, zero_point=zeros, format=FRAGMENTS)
+    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    ref = x.astype(np.float64) @ qw.dequantize()
+    return x, qw, ref
+
+
+def _interpret(x, qw, s: Schedule) -> np.ndarray:
+    K, N = qw.shape
+    M = x.shape[0]
+    zeros = qw.zeros if qw.zeros is not None else qw.scales
+    constants = dict(wdtype=qw.dtype, group_size=qw.group_size,
+                     has_zeros=qw.zeros is not None, **s.constants())
+    y = np.full((M, N), np.nan, np.float16)
+    if s.split_k == 1:
+        qmm_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, M, N, K, **constants)
+        return y
+    ws = np.full((s.split_k, M, padded_n(N)), np.nan, np.float32)
+    qmm_kernel("f16", True).interpret(x, qw.packed, qw.scales, zeros, ws, M, N, K, **constants)
+    splitk_sum_kernel("f16").interpret(ws, y, M, N, split_k=s.split_k)
+    return y
+
+
+def _tolerance(x, qw, ref) -> float:
+    """f32 accumulation of f16 products (each dequantized weight rounded to f16 once, as
+    the kernel does) and one f16 rounding of the result."""
+    K = qw.shape[0]
+    w_max = float(np.abs(qw.dequantize()).max())
+    return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6
+
+
+@pytest.mark.parametrize("wdtype, zeros, s, M, N", [
+    ("int4", False, Schedule(), 3, 64),
+    ("int3", False, Schedule(bk=32), 1, 72),
+    ("uint4", True, Schedule(num_warps=2), 17, 64),
+    ("f6e3m2", False, Schedule(bm=32, x_shared=False), 33, 32),
+    ("int5", False, Schedule(split_k=2), 5, 40),
+    ("f8e4m3", False, Schedule(split_k=4, bk=32), 2, 96),
+])
+def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
+    K, g = 512, 64
+    x, qw, ref = _problem(wdtype, M, N, K, g, zeros)
+    y = _interpret(x, qw, s)
+    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+
+
+# ---- compiled for the GPU (CPU) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("wdtype", BENCH_TYPES)
+def test_every_weight_type_compiles_without_spills(wdtype, arch):
+    s = default_schedule(1, 12288, 4096, 128)
+    kernel = qmm_kernel("f16", s.split_k > 1)
+    program = kernel.specialize(wdtype=dtypes.parse(wdtype), group_size=128, **s.constants())
+    ptx = compile_program(program, arch).ptx
+    report = ptxas.check_ptx(ptx, arch)[kernel.name]
+    assert (report.spill_stores, report.spill_loads) == (0, 0), str(report)
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix" in ptx
+    if dtypes.parse(wdtype).bits in (4, 8):
+        assert "ld.global.v4" in ptx  # 16 bytes of codes per lane
+
+
+# ---- schedules and the tuning table -------------------------------------------------------------
+
+@pytest.mark.parametrize("M, N, K, g", [(1, 12288, 4096, 128), (16, 4096, 14336, 128),
+                                        (4096, 4096, 4096, 64), (17, 200, 4096, 32),
+                                        (1, 8192, 28672, 128), (5, 64, 96, 96)])
+def test_schedules_fit_the_problem(M, N, K, g):
+    found = candidates(M, N, K, g)
+    assert found and all(s.fits(K, g) for s in found)
+    assert default_schedule(M, N, K, g).fits(K, g)
+    assert all(s.bm >= 16 and s.bm % 16 == 0 for s in found)
+
+
+def test_default_schedule_fills_the_gpu_with_split_k():
+    s = default_schedule(1, 4096, 4096, 128, sms=132)
+    assert (4096 // 32) * s.split_k >= 4 * 132
+    assert default_schedule(1, 57344, 8192, 128).split_k <= 2
+
+
+def test_m_buckets():
+    assert [matmul.m_bucket(m) for m in (1, 2, 16, 17, 4096, 5000)] == \
+        [1, 16, 16, 64, 4096, 8192]
+
+
+def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
+    table = {"H100|int4|g128|f16|z0|M1|N4096|K4096": {"schedule": Schedule(split_k=8)
+                                                     .constants(), "us": 9.7}}
+    matmul._write_table(table)
+    assert json.loads((tmp_path / "tuning.json").read_text()) == table
+    assert matmul._read_table() == table
+    (tmp_path / "tuning.json").write_text("{ not json")
+    assert matmul._read_table() == {}  # corrupt: tuned again, never a crash
+    assert not list(tmp_path.glob(".tuning.*"))  # no temporary file left behind
+
+
+def test_schedule_module_names_its_space():
+    assert schedule.Schedule().constants() == {"bm": 16, "bk": 64, "num_warps": 1,
+                                               "split_k": 1, "x_shared": True}
+
+
+# ---- on the GPU ------------------------------------------------------------------------------
+
+def _gpu_case(wdtype: str, act: str, M: int, N: int, K: int, g: int, zeros: bool,
+              s: Schedule | None = None):
+    import torch
+
+    from tilevm.kernels import quantized_matmul
+
+    torch.manual_seed(hash((wdtype, act, M, N)) % 1000)
+    tdt = torch.float16 if act == "f16" else torch.bfloat16
+    w = torch.randn(K, N, device="cuda")
+    qw = quantize(w.to(tdt), wdtype, g, zero_point=zeros, format=FRAGMENTS)
+    x = torch.randn(M, K, device="cuda").to(tdt)
+    y = quantized_matmul(x, qw, schedule=s, tune=False)
+    ref = x.double() @ qw.dequantize().double()
+    wq = qw.dequantize().to(tdt).double()  # the kernel rounds each weight to `act` once
+    bound = (2.0 ** -7 if act == "bf16" else 2.0 ** -10) * (
+        ref.abs().max() + (x.double().abs() @ wq.abs()).max() / 4)
+    err = (y.double() - ref).abs().max()
+    assert y.shape == (M, N) and y.dtype == tdt
+    assert torch.isfinite(y).all() and err <= bound, (float(err), float(bound))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+@pytest.mark.parametrize("wdtype", BENCH_TYPES)
+def test_gpu_every_weight_type_matches_float64(wdtype, act):
+    g = 128 if wdtype in ("int4", "uint4") else 64
+    _gpu_case(wdtype, act, 17, 200, 1024, g, False)  # ragged M and N
+    _gpu_case(wdtype, act, 1, 256, 2048, g, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=128),
+                               Schedule(bm=64, x_shared=False), Schedule(bm=32)])
+def test_gpu_schedules_and_zero_points(s):
+    _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
+    _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
+
+
+@pytest.mark.gpu
+def test_gpu_quantized_linear_and_tuning(tmp_path, monkeypatch):
+    import torch
+
+    from tilevm.kernels import QuantizedLinear
+
+    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
+    matmul._memory.clear()
+    linear = torch.nn.Linear(1024, 320, device="cuda", dtype=torch.float16)
+    layer = QuantizedLinear.from_linear(linear, "int4", 128)
+    x = torch.randn(2, 3, 1024, device="cuda", dtype=torch.float16)
+    y = layer(x)  # tunes (first call), then the table has it
+    ref = x.double() @ layer.qweight.dequantize().double() + linear.bias.double()
+    assert y.shape == (2, 3, 320)
+    assert (y.double() - ref).abs().max() <= 2.0 ** -8 * ref.abs().max() + 1e-2
+    table = json.loads((tmp_path / "tuning.json").read_text())
+    assert len(table) == 1 and next(iter(table.values()))["candidates"] >= 1
+    matmul._memory.clear()
+    assert torch.equal(layer(x), y)  # the schedule comes back from the table
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_bad_input_is_rejected_before_any_launch():
+    import torch
+
+    from tilevm.kernels import quantized_matmul
+
+    qw = quantize(torch.randn(256, 64), "int4", 128, format=FRAGMENTS)
+    with pytest.raises(TypeError, match="CUDA torch tensor"):
+        quantized_matmul(torch.randn(1, 256, dtype=torch.float16), qw)
+    qr = quantize(torch.randn(256, 64), "int4", 128)
+    with pytest.raises((TypeError, ValueError)):
+        quantized_matmul(np.zeros((1, 256), np.float16), qr)
