@@ -186,10 +186,20 @@ _TILE_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "min": "min", "m
                 "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">="}
 
 
+# f16/bf16 operations the GPU does natively with the interpreter's result. The
+# interpreter computes an f16/bf16 op in f32 and rounds once; for +, -, * (and min, max,
+# comparisons, which do not round) that double rounding is innocuous, because f32 has at
+# least 2p + 2 significand bits (24 >= 2 * 11 + 2 for f16, >= 2 * 8 + 2 for bf16): the
+# result is the correctly rounded one, which `add/sub/mul.rn.f16(x2)` compute directly.
+_NATIVE_HALF_OPS = frozenset({"add", "sub", "mul", "min", "max", "neg", "abs",
+                              "lt", "le", "eq", "ne", "gt", "ge"})
+
+
 def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> ir.Value:
-    """One element of an `elementwise` instruction. f16/bf16 arithmetic is done in f32
-    and rounded once (what the interpreter specifies)."""
-    widen = dtype.is_float and dtype.bits == 16 and op not in ("neg", "abs")
+    """One element of an `elementwise` instruction. f16/bf16 arithmetic gives the
+    interpreter's result (computed in f32, rounded once): natively where that is the
+    same (`_NATIVE_HALF_OPS`), else in f32."""
+    widen = dtype.is_float and dtype.bits == 16 and op not in _NATIVE_HALF_OPS
     if widen:
         args = [b.fpext(a, ir.FloatType()) for a in args]
         compute = F32
