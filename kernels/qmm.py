@@ -13,8 +13,10 @@ The kernel (one program for every M; the schedule picks the tile sizes):
   atom's eight `mma.m16n8k16` B fragments in `4 * b` consecutive bytes. So a `view` of
   the loaded bytes is already the B operand of `dot` (no shuffle, no shared memory),
   and the 16-byte loads of a warp cover 512 contiguous bytes;
-- `cast` to f16/bf16 (two codes per f16x2 op), times the group's scale row, `dot` into
-  an f32 accumulator of `[bm, 32 * num_warps]`;
+- `cast` to f16/bf16 (two codes per f16x2 op; minus the zero points), `dot` into an f32
+  partial sum per scale group, which is multiplied by the group's scale row (in f32)
+  and added to the accumulator `[bm, 32 * num_warps]`: the scale costs one FMA per
+  output element and group instead of one multiply per weight;
 - the activations go through shared memory, one `copy_async` per block and k-tile (rows
   past M are zero-filled without being read), and `ldmatrix` into the A fragments
   (`x_shared=False` loads them from global memory straight into the A fragments
@@ -22,10 +24,10 @@ The kernel (one program for every M; the schedule picks the tile sizes):
 - finally `cast` to the output type and a masked store (ragged M and N).
 
 Requirements the format and the runtime enforce (`tv.assume`, checked before launch):
-K is a multiple of `group_size` (times `split_k`; of `2 * bk * split_k` with the
-two-stage pipeline) and of 32; N is any width (the format pads it to a multiple of 32,
-`Np`; the store is masked); `bk` divides `group_size` (a k-tile never straddles two
-scale groups) and is a multiple of 32.
+K is a multiple of `group_size * split_k` and of 32; N is any width (the format pads it
+to a multiple of 32, `Np`; the store is masked); `bk` is a multiple of 32 dividing
+`group_size` (`2 * bk` with the two-stage pipeline): a k-tile never straddles two scale
+groups.
 """
 
 
@@ -62,15 +64,19 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
             y: tv.ptr(out), M: tv.int32, N: tv.int32, K: tv.int32,
             *, wdtype: DataType = tv.int4, group_size: int = 128, has_zeros: bool = False,
-            bm: int = 16, bk: int = 64, num_warps: int = 1, split_k: int = 1,
-            x_shared: bool = True):
+            bm: int = 16, bk: int = 32, num_warps: int = 1, split_k: int = 1,
+            x_shared: bool = True, prefetch: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk % ATOM == 0 and group_size % bk == 0,
                          f"bk={bk} must be a multiple of {ATOM} dividing "
                          f"group_size={group_size}")
+        tv.static_assert(not x_shared or group_size % (2 * bk) == 0,
+                         f"the two-stage pipeline needs 2 * bk = {2 * bk} to divide "
+                         f"group_size={group_size}")
         tv.static_assert(bm % 16 == 0, f"bm={bm} must be a multiple of 16")
         tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
+        tv.static_assert(prefetch in (1, 2), f"prefetch is 1 or 2 k-tiles, got {prefetch}")
         bn = ATOM * num_warps
         tv.assume(K % (group_size * split_k) == 0)
         tv.assume(K % ATOM == 0)
@@ -94,39 +100,54 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * ATOM_LAYOUT
         tile = [bk // ATOM, num_warps, 32, 4 * b]
 
-        # (the k-tile's weights: see `dequantize`)
-        groups = (gs, gz if has_zeros else None, group_size, n0)
-
+        # y = sum over groups of scale[g] * (x_g @ (codes_g - zero_g)): each group's
+        # products are summed in f32 by the tensor cores, then scaled once per group and
+        # column (the codes, and codes minus integer zero points, are exact in f16/bf16).
         acc = tv.zeros([bm, bn], tv.f32)
-        # Software pipelining: the next k-tile's weights (registers) and activations
-        # (shared memory, two stages) are in flight while this one is computed.
+        # Software pipelining: `prefetch` k-tiles of weights (registers: `ahead`,
+        # `ahead2`) and the next k-tile of activations (shared memory, two stages) are in
+        # flight while a k-tile is computed.
         ahead = tv.load_global(gw, [k_begin // ATOM, atom_n0, 0, 0], tile, layout=byte_layout)
+        if prefetch == 2:
+            ahead2 = tv.load_global(gw, [(k_begin + bk) // ATOM, atom_n0, 0, 0], tile,
+                                    layout=byte_layout)
         if x_shared:
-            tv.assume(K % (2 * bk * split_k) == 0)  # whole pairs of k-tiles per split
             xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
             tv.copy_async(xs[0], gx, [m0, k_begin])
             tv.copy_async_commit()
-            for k0 in tv.range(k_begin, k_begin + k_len, 2 * bk):
-                for s in range(2):  # unrolled: stage s holds the k-tile at k0 + s * bk
+        for g0 in tv.range(k_begin, k_begin + k_len, group_size):
+            part = tv.zeros([bm, bn], tv.f32)
+            zero = tv.load_global(gz, [g0 // group_size, n0], [1, bn]) if has_zeros else None
+            for k0 in tv.range(g0, g0 + group_size, 2 * bk if x_shared else bk):
+                for s in range(2 if x_shared else 1):  # unrolled: stage s: k0 + s * bk
                     k = k0 + s * bk if s else k0
-                    tv.copy_async(xs[1 - s], gx, [m0, k + bk])  # rows past M: zeros
-                    tv.copy_async_commit()
+                    if x_shared:  # the next k-tile's activations (rows past M: zeros)
+                        tv.copy_async(xs[1 - s], gx, [m0, k + bk])
+                        tv.copy_async_commit()
                     packed = ahead
-                    ahead = tv.load_global(gw, [(k + bk) // ATOM, atom_n0, 0, 0], tile,
-                                           layout=byte_layout)
-                    wt = dequantize(packed, k, wdtype, act, code_layout, groups)
-                    tv.copy_async_wait(1)  # this stage's activations have landed ...
-                    tv.sync()  # ... for every warp
-                    acc = tv.dot(tv.load_shared(xs[s], [0, 0], [bm, bk]), wt, acc)
-                    tv.sync()  # every warp has read stage s before it is refilled
+                    if prefetch == 2:
+                        ahead = ahead2
+                        ahead2 = tv.load_global(gw, [(k + 2 * bk) // ATOM, atom_n0, 0, 0],
+                                                tile, layout=byte_layout)
+                    else:
+                        ahead = tv.load_global(gw, [(k + bk) // ATOM, atom_n0, 0, 0], tile,
+                                               layout=byte_layout)
+                    wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act)
+                    if has_zeros:
+                        wt = wt - zero
+                    if x_shared:
+                        tv.copy_async_wait(1)  # this stage's activations have landed ...
+                        tv.sync()  # ... for every warp
+                        xa = tv.load_shared(xs[s], [0, 0], [bm, bk])
+                    else:
+                        xa = tv.load_global(gx, [m0, k], [bm, bk])
+                    part = tv.dot(xa, wt, part)
+                    if x_shared:
+                        tv.sync()  # every warp has read stage s before it is refilled
+            scale = tv.load_global(gs, [g0 // group_size, n0], [1, bn])
+            acc = acc + part * tv.cast(scale, tv.f32)
+        if x_shared:
             tv.copy_async_wait(0)
-        else:
-            for k0 in tv.range(k_begin, k_begin + k_len, bk):
-                packed = ahead
-                ahead = tv.load_global(gw, [(k0 + bk) // ATOM, atom_n0, 0, 0], tile,
-                                       layout=byte_layout)
-                wt = dequantize(packed, k0, wdtype, act, code_layout, groups)
-                acc = tv.dot(tv.load_global(gx, [m0, k0], [bm, bk]), wt, acc)
         if partial:  # this split's slice of the workspace [split_k, M, Np]
             gy = tv.global_view(y, [M, N], strides=[Np, 1], offset=tv.block_idx(2) * M * Np)
             tv.store_global(gy, acc, [m0, n0])
@@ -136,20 +157,6 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
 
     qmm.name = f"qmm_{act.name}" + ("_partial" if partial else "")
     return qmm
-
-
-def dequantize(packed, k, wdtype, act, code_layout, groups):
-    """A k-tile's weights in `act` (runs at compile time inside `qmm`): the codes, a free
-    view of the loaded bytes in the B-fragment layout, cast, minus the zero point, times
-    the group's scale row."""
-    gs, gz, group_size, n0 = groups
-    shape = list(code_layout.shape)
-    codes = tv.view(packed, wdtype, shape, code_layout)
-    scale = tv.load_global(gs, [k // group_size, n0], [1, shape[1]])
-    if gz is not None:
-        zero = tv.load_global(gz, [k // group_size, n0], [1, shape[1]])
-        return (tv.cast(codes, act) - zero) * scale
-    return tv.cast(codes, act) * scale
 
 
 @cache

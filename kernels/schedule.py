@@ -21,10 +21,11 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 @dataclass(frozen=True)
 class Schedule:
     bm: int = 16
-    bk: int = 64
+    bk: int = 32
     num_warps: int = 1
     split_k: int = 1
     x_shared: bool = True
+    prefetch: int = 1
 
     def constants(self) -> dict[str, int | bool]:
         """The kernel's compile-time constants for this schedule."""
@@ -36,7 +37,7 @@ class Schedule:
             return False
         if K % (group_size * self.split_k):
             return False
-        return not self.x_shared or K % (2 * self.bk * self.split_k) == 0
+        return not self.x_shared or group_size % (2 * self.bk) == 0
 
     def __str__(self) -> str:
         return (f"bm={self.bm} bk={self.bk} warps={self.num_warps} split_k={self.split_k}"
@@ -56,33 +57,27 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     """The schedules the tuner times for this problem (all fit it)."""
     found = []
     for bm in row_tiles(M):
-        for bk in (64, 128):
+        for bk in (32, 64):
             for warps in (1, 2, 4):
-                for split in (1, 2, 4, 8):
+                for split in (1, 2, 4, 8, 16):
+                    if split > 1 and M > 64:
+                        continue  # prefill has blocks enough
                     s = Schedule(bm, bk, warps, split)
-                    if s.fits(K, group_size) and (split == 1 or M <= 64):
+                    if not s.fits(K, group_size):  # small groups: activations unstaged
+                        s = Schedule(bm, bk, warps, split, x_shared=False)
+                    if s.fits(K, group_size):
                         found.append(s)
-    if not found:  # small groups (g = 32) or odd K: the plainest schedule that fits
-        found = [s for s in (Schedule(row_tiles(M)[0], 32, 1, 1, x) for x in (True, False))
-                 if s.fits(K, group_size)]
     return found
 
 
 def default_schedule(M: int, N: int, K: int, group_size: int,
                      sms: int = SMS_H100) -> Schedule:
     """A good schedule without timing anything (see the module docstring)."""
-    bm = row_tiles(M)[0]
-    bk = 64 if group_size % 64 == 0 else 32
-    blocks = -(-N // 32) * -(-M // bm)
+    bm, bk, warps = row_tiles(M)[0], 32, 2
+    x_shared = group_size % (2 * bk) == 0
+    blocks = -(-N // (32 * warps)) * -(-M // bm)
     split = 1
-    while blocks * split < 8 * sms and split < 8:
-        trial = Schedule(bm, bk, 1, split * 2)
-        if not trial.fits(K, group_size):
-            break
+    while blocks * split < 4 * sms and split < 16 and \
+            Schedule(bm, bk, warps, split * 2, x_shared).fits(K, group_size):
         split *= 2
-    schedule = Schedule(bm, bk, 1, split)
-    if not schedule.fits(K, group_size):
-        schedule = Schedule(bm, bk, 1, split, x_shared=False)
-    if not schedule.fits(K, group_size):
-        schedule = Schedule(bm, 32, 1, 1, x_shared=False)
-    return schedule
+    return Schedule(bm, bk, warps, split, x_shared)

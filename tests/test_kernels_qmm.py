@@ -110,11 +110,11 @@ def _tolerance(x, qw, ref) -> float:
 
 @pytest.mark.parametrize("wdtype, zeros, s, M, N", [
     ("int4", False, Schedule(), 3, 64),
-    ("int3", False, Schedule(bk=32), 1, 72),
+    ("int3", False, Schedule(bk=64, x_shared=False), 1, 72),
     ("uint4", True, Schedule(num_warps=2), 17, 64),
     ("f6e3m2", False, Schedule(bm=32, x_shared=False), 33, 32),
-    ("int5", False, Schedule(split_k=2), 5, 40),
-    ("f8e4m3", False, Schedule(split_k=4, bk=32), 2, 96),
+    ("int5", False, Schedule(split_k=2, prefetch=2), 5, 40),
+    ("f8e4m3", False, Schedule(split_k=4), 2, 96),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -153,7 +153,7 @@ def test_schedules_fit_the_problem(M, N, K, g):
 
 def test_default_schedule_fills_the_gpu_with_split_k():
     s = default_schedule(1, 4096, 4096, 128, sms=132)
-    assert (4096 // 32) * s.split_k >= 4 * 132
+    assert (4096 // (32 * s.num_warps)) * s.split_k >= 4 * 132
     assert default_schedule(1, 57344, 8192, 128).split_k <= 2
 
 
@@ -175,8 +175,9 @@ def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypa
 
 
 def test_schedule_module_names_its_space():
-    assert schedule.Schedule().constants() == {"bm": 16, "bk": 64, "num_warps": 1,
-                                               "split_k": 1, "x_shared": True}
+    assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
+                                               "split_k": 1, "x_shared": True,
+                                               "prefetch": 1}
 
 
 # ---- on the GPU ------------------------------------------------------------------------------
@@ -212,8 +213,8 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=128),
-                               Schedule(bm=64, x_shared=False), Schedule(bm=32)])
+@pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
+                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=2)])
 def test_gpu_schedules_and_zero_points(s):
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
