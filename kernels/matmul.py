@@ -13,7 +13,7 @@ while the host submits the launch, so that the events time the kernels and not t
 host's Python) and keeps the fastest in an
 on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
 written atomically); later calls, in this process or another, read it. A progress line
-on stderr shows the tuning. M is bucketed (1, 16, 64, 256, 1024, 4096, larger) so one
+on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024, 4096, larger) so one
 tuning serves every M of a bucket.
 """
 
@@ -32,7 +32,7 @@ from tilevm.kernels.qmm import qmm_kernel, splitk_sum_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight, padded_n
 
-M_BUCKETS = (1, 16, 64, 256, 1024, 4096)
+M_BUCKETS = (16, 64, 256, 1024, 4096)  # M <= 16 is one bucket: one row tile serves it
 _lock = threading.Lock()
 _memory: dict[str, Schedule] = {}  # tuned schedules of this process
 
