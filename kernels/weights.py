@@ -367,18 +367,23 @@ def _overlaps(bits: int) -> list[tuple[int, int, int]]:
             if j * bits < 8 * i + 8 and 8 * i < j * bits + bits]
 
 
+def _packing_args(array: Array, dtype: DataType | str, format: str
+                  ) -> tuple[DataType, int, _Numpy | _Torch, Array]:
+    """What `pack_weights` and `unpack_weights` both start from: the checked format and
+    dtype, its bit width, the array's library and the array (numpy-converted)."""
+    _check_format(format)
+    dtype = _lowbit(dtype)
+    xp = _lib(array)
+    return dtype, dtype.bits, xp, array if xp.is_torch else np.asarray(array)
+
+
 def pack_weights(codes: Array, dtype: DataType | str,
                  format: WeightFormat = ROW_PACKED) -> Array:
     """`codes[K, N]` (b-bit codes, N a multiple of 8) -> `packed[K, N*b/8]` uint8 in the
     "row_packed" format (see the module doc): each row is `tilevm.dtypes.pack` of the
     row's codes. numpy in, numpy out; a torch tensor is packed on its device, with
     shifts and ors over groups of 8 codes (= b bytes), no Python loop over elements."""
-    _check_format(format)
-    dtype = _lowbit(dtype)
-    b = dtype.bits
-    xp = _lib(codes)
-    if not xp.is_torch:
-        codes = np.asarray(codes)
+    dtype, b, xp, codes = _packing_args(codes, dtype, format)
     if len(codes.shape) != 2:
         raise ValueError(f"codes must be a 2-D [K, N] array, got shape {tuple(codes.shape)}")
     if format == FRAGMENTS:
@@ -410,12 +415,7 @@ def unpack_weights(packed: Array, dtype: DataType | str,
                    format: WeightFormat = ROW_PACKED) -> Array:
     """The inverse of `pack_weights`: `packed[K, N*b/8]` uint8 -> `codes[K, N]` uint8,
     on the input's library and device."""
-    _check_format(format)
-    dtype = _lowbit(dtype)
-    b = dtype.bits
-    xp = _lib(packed)
-    if not xp.is_torch:
-        packed = np.asarray(packed)
+    dtype, b, xp, packed = _packing_args(packed, dtype, format)
     if format == FRAGMENTS:
         from tilevm.kernels.qmm import fragment_order_inverse
 
