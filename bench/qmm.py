@@ -1042,10 +1042,16 @@ def environment() -> dict[str, Any]:
         from tilevm import __version__
 
         env["tilevm"] = __version__
+    # TILEVM_COMMIT names the measured commit where the tree's .git may be stale (a
+    # copied working tree); else git's HEAD, marked "-dirty" when the tree differs.
+    env["tilevm_commit"] = os.environ.get("TILEVM_COMMIT")
     with contextlib.suppress(Exception):
-        env["tilevm_commit"] = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-            timeout=10).stdout.strip() or None
+        if env["tilevm_commit"] is None:
+            head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"],
+                                   capture_output=True, timeout=10).returncode != 0
+            env["tilevm_commit"] = (head + ("-dirty" if dirty else "")) or None
     return env
 
 
