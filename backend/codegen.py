@@ -70,15 +70,11 @@ class KernelCodegen:
                                     program.name)
         self.function.calling_convention = "ptx_kernel"
         self.function.attributes.add("nounwind")
-        # Launch bounds: the block size is fixed per program (PTX .maxntid), and one
-        # block per SM is enough (.minnctapersm 1): without it ptxas may cap registers
-        # to reach an occupancy of its own choosing and spill; schedules choose occupancy.
+        # Launch bounds: the block size is fixed per program (PTX .maxntid).
         annotations = self.module.add_named_metadata("nvvm.annotations")
         annotations.add(self.module.add_metadata([
             self.function, ir.MetaDataString(self.module, "maxntidx"),
             ir.Constant(I32, program.num_threads)]))
-        annotations.add(self.module.add_metadata([
-            self.function, ir.MetaDataString(self.module, "minctasm"), ir.Constant(I32, 1)]))
         self.entry = self.function.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.scalars: dict[str, Any] = {}  # Var name -> ir.Value or an alloca (let vars)

@@ -39,7 +39,7 @@ import numpy as np
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.layouts import RegisterLayout, local, spatial
+from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_b
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
@@ -47,27 +47,6 @@ from tilevm.vm.frontend import Kernel
 ATOM = 32  # the format's block of codes: ATOM x ATOM, one warp's 32 columns
 # One warp's registers over an atom: 2 x 4 mma B fragments (16 x 8 each), row-major.
 ATOM_LAYOUT = local(2, 4) * mma_m16n8k16_b()
-
-
-@cache
-def atom_layout(bits: int) -> RegisterLayout:
-    """The order in which a lane's 32 codes of an atom are stored (and viewed): the
-    elements of `ATOM_LAYOUT`, reordered so that the two codes the conversion rule
-    converts together are the two 16-bit halves of one `mma` B register.
-
-    The rule pairs codes `j` and `j + 16/b` of a 32-bit word (16 bits apart: one shift
-    and one AND place both in their lanes) when `b` divides 16; the mma register wants
-    the elements `k` and `k + 1` of one fragment (`ATOM_LAYOUT`'s innermost local mode).
-    So within each word's `32/b` codes that mode moves outermost: position `j` holds
-    the element `(.., k)` and position `j + 16/b` the element `(.., k + 1)`. Other
-    widths pair neighbouring codes, which already are the register's halves."""
-    if 16 % bits:
-        return ATOM_LAYOUT
-    per_word = 32 // bits
-    half = per_word // 2
-    order = [w * per_word + 2 * (p % half) + p // half
-             for w in range(ATOM // per_word) for p in range(per_word)]
-    return RegisterLayout.from_table(ATOM_LAYOUT.table()[:, order, :], (ATOM, ATOM))
 
 
 @cache
@@ -118,9 +97,6 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         # its 32 codes of atom (k, j): the B fragments of `dot`, in its register order.
         byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
             .local(1, 1, 1, 4 * b)
-        # (the bytes hold the codes in `atom_layout(b)` order; the cast puts them in the
-        # mma order, a permutation inside each thread, free: see `atom_layout`)
-        stored_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * atom_layout(b)
         code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * ATOM_LAYOUT
         tile = [bk // ATOM, num_warps, 32, 4 * b]
 
@@ -156,8 +132,7 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                     else:
                         ahead = tv.load_global(gw, [(k + bk) // ATOM, atom_n0, 0, 0], tile,
                                                layout=byte_layout)
-                    codes = tv.view(packed, wdtype, [bk, bn], stored_layout)
-                    wt = tv.cast(codes, act, layout=code_layout)
+                    wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act)
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
@@ -211,16 +186,15 @@ def splitk_sum_kernel(act: DataType | str = "f16") -> Kernel:
 
 # ---- the weight format ---------------------------------------------------------------------
 
-def fragment_order(codes, bits: int):
-    """`codes[K, N]` (K, N multiples of 32; numpy or torch) of `bits`-bit codes ->
-    `[K/32, N/32, 32, 32]`: for each 32 x 32 atom (row-major over the atoms), lane `t`'s
-    32 codes in the order the kernel views them (`atom_layout(bits)`). The "fragments"
-    weight format packs each such run of 32 codes (`kernels.weights`), so a lane's load
-    brings exactly its B fragments."""
+def fragment_order(codes):
+    """`codes[K, N]` (K, N multiples of 32; numpy or torch) -> `[K/32, N/32, 32, 32]`:
+    for each 32 x 32 atom (row-major over the atoms), lane `t`'s 32 codes in its register
+    order (`ATOM_LAYOUT`). The "fragments" weight format packs each such run of 32 codes
+    (`kernels.weights`), so a lane's load brings exactly its B fragments."""
     K, N = (int(s) for s in codes.shape)
     if K % ATOM or N % ATOM:
         raise ValueError(f"the fragment order needs K and N multiples of {ATOM}, got {K}, {N}")
-    ks, ns = _lane_coordinates(bits)
+    ks, ns = _lane_coordinates()
     atoms = codes.reshape(K // ATOM, ATOM, N // ATOM, ATOM)
     atoms = atoms.permute(0, 2, 1, 3) if hasattr(atoms, "permute") else \
         atoms.transpose(0, 2, 1, 3)
@@ -231,10 +205,10 @@ def fragment_order(codes, bits: int):
     return atoms[:, :, ks, ns]
 
 
-def fragment_order_inverse(ordered, bits: int):
+def fragment_order_inverse(ordered):
     """`fragment_order`'s inverse: `[K/32, N/32, 32, 32]` lane runs -> `codes[K, N]`."""
     K32, N32 = (int(s) for s in ordered.shape[:2])
-    ks, ns = _lane_coordinates(bits)
+    ks, ns = _lane_coordinates()
     flat = ks * ATOM + ns  # [lane, local] -> position in the atom
     order = np.argsort(flat.reshape(-1))
     runs = ordered.reshape(K32, N32, ATOM * ATOM)
@@ -250,8 +224,7 @@ def fragment_order_inverse(ordered, bits: int):
 
 
 @cache
-def _lane_coordinates(bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(k, n) inside an atom of each (lane, local) of `atom_layout(bits)`: two [32, 32]
-    arrays."""
-    table = atom_layout(bits).table()  # [lane, local, (k, n)]
+def _lane_coordinates() -> tuple[np.ndarray, np.ndarray]:
+    """(k, n) inside an atom of each (lane, local) of `ATOM_LAYOUT`: two [32, 32] arrays."""
+    table = ATOM_LAYOUT.table()  # [lane, local, (k, n)]
     return table[..., 0], table[..., 1]

@@ -19,7 +19,6 @@ from tilevm.backend.pipeline import compile_program
 from tilevm.kernels import matmul, schedule
 from tilevm.kernels.qmm import (
     ATOM,
-    atom_layout,
     fragment_order,
     fragment_order_inverse,
     qmm_kernel,
@@ -35,46 +34,22 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 # ---- the weight format ------------------------------------------------------------------
 
-def _ptx_b_fragments(lane: int) -> list[tuple[int, int]]:
-    """The PTX ISA's m16n8k16 B elements (k, n) of lane `4g + c` for an atom's 2 x 4
-    fragments (i, j) in row-major order: b0, b1 (k = 2c, 2c + 1), b2, b3 (k + 8)."""
-    g, c = divmod(lane, 4)
-    return [(16 * i + 2 * c + r + 8 * h, 8 * j + g)
-            for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
-
-
-@pytest.mark.parametrize("bits", [3, 5, 6, 7])
-def test_each_lane_gets_its_mma_b_fragments(bits):
-    """Widths whose conversion pairs neighbouring codes store a lane's codes in the
-    registers' own order (b0, b1, b2, b3 of each fragment)."""
+def test_each_lane_gets_its_mma_b_fragments():
+    """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j) in row-major
+    order, the B elements (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's
+    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second)."""
     K, N = 64, 96
     codes = np.arange(K * N).reshape(K, N)
-    ordered = fragment_order(codes, bits)
+    ordered = fragment_order(codes)
     assert ordered.shape == (K // ATOM, N // ATOM, 32, 32)
     for ak in range(K // ATOM):
         for an in range(N // ATOM):
             for lane in range(32):
-                want = [codes[ATOM * ak + k, ATOM * an + n] for k, n in _ptx_b_fragments(lane)]
+                g, c = divmod(lane, 4)
+                want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
+                        for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
                 assert list(ordered[ak, an, lane]) == want
-    assert np.array_equal(fragment_order_inverse(ordered, bits), codes)
-
-
-@pytest.mark.parametrize("bits", [1, 2, 4, 8])
-def test_paired_codes_are_the_halves_of_one_mma_register(bits):
-    """Widths dividing 16 convert codes j and j + 16/b of a word together: those two are
-    the elements (k, n) and (k + 1, n) of one B register, and a lane holds exactly its
-    fragments' elements."""
-    table = atom_layout(bits).table()  # [lane, local, (k, n)]
-    per_word, half = 32 // bits, 16 // bits
-    for lane in range(32):
-        held = [tuple(map(int, e)) for e in table[lane]]
-        assert sorted(held) == sorted(_ptx_b_fragments(lane))
-        for w in range(32 // per_word):
-            for j in range(half):
-                (k0, n0), (k1, n1) = held[w * per_word + j], held[w * per_word + j + half]
-                assert (k1, n1) == (k0 + 1, n0) and k0 % 2 == 0
-    codes = np.arange(64 * 64).reshape(64, 64)
-    assert np.array_equal(fragment_order_inverse(fragment_order(codes, bits), bits), codes)
+    assert np.array_equal(fragment_order_inverse(ordered), codes)
 
 
 @pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2", "int8", "uint1"])
@@ -85,7 +60,7 @@ def test_fragments_pack_a_lane_run_per_4b_bytes(wdtype):
     packed = pack_weights(codes, wd, FRAGMENTS)
     assert packed.shape == (2, 64 * 4 * wd.bits)
     runs = packed.reshape(-1, 4 * wd.bits)
-    order = fragment_order(codes, wd.bits).reshape(-1, 32)
+    order = fragment_order(codes).reshape(-1, 32)
     for run, lane_codes in zip(runs[:40], order[:40]):  # dtypes.unpack is the reference
         assert np.array_equal(dtypes.unpack(run, wd.bits, 32), lane_codes)
 

@@ -9,10 +9,8 @@ tensor-core instruction (`MMA_INSTRUCTIONS`) ask for the mma fragment tilings of
 `dot_layouts` (a tensor feeding several `dot`s gets the request of the first, in program
 order). A request passes back through `cast`, `elementwise` and `where` to their
 operands of the same shape, and through `assign` between its two tensors (so the tile a
-loop carries as c, and its initial `full`, get the C tiling). The C tiling also reaches
-forward: the other same-shape operands of an `elementwise`/`where`/`cast` of a dot's
-result are asked for it (an accumulator updated as `acc + part * scale`). Tensors
-whose layout the user gave (type or annotation) are not asked.
+loop carries as c, and its initial `full`, get the C tiling). Tensors whose layout the
+user gave (type or annotation) are not asked.
 
 Then forward, in program order (one pass suffices: a tensor's layout depends only on
 earlier ones): an annotation wins; a tensor produced by a load, `full`, `cast`,
@@ -25,8 +23,7 @@ when the shape allows, so loads and stores can be vectorized.
 
 Broadcast operands: after the forward pass, an unannotated operand of an `elementwise`
 or `where` that is broadcast (a `[1, n]` scale row into a `[k, n]` tile, a `[rows, 1]`
-row maximum), produced by a load or `full` (directly or through `cast`s, which are
-asked too), and not held by the threads that need it
+row maximum), produced by a load or `full`, and not held by the threads that need it
 (`broadcast_compatible`, the rule of `KernelCodegen.broadcast_map`), is asked for the
 consumer's layout reduced over the broadcast dims (`broadcast_layout`: replicated where
 the consumer spreads threads), and the forward pass runs again (to a fixpoint).
@@ -187,24 +184,15 @@ def _broadcast_requests(insts: list[ins.Instruction], fixed: dict[str, RegisterL
                     or t.layout is not None or t.name in fixed or t.name in wanted \
                     or t.name not in chosen:
                 continue
-            # a load or `full`, possibly through casts (an f16 scale row cast to f32)
-            chain = [t]
-            while isinstance(producers.get(chain[-1].name), ins.Cast) and \
-                    producers[chain[-1].name].src.type.shape == t.type.shape:
-                chain.append(producers[chain[-1].name].src)
-            if not isinstance(producers.get(chain[-1].name),
+            if not isinstance(producers.get(t.name),
                               (ins.LoadGlobal, ins.LoadShared, ins.Full)):
-                continue
-            if any(c.layout is not None or c.name in fixed or c.name in wanted
-                   for c in chain[1:]):
                 continue
             shape = t.type.static_shape
             if broadcast_compatible(chosen[t.name], shape, out_layout):
                 continue
             layout = broadcast_layout(out_layout, shape)
             if layout.num_threads == out_layout.num_threads and len(out_shape) >= len(shape):
-                for c in chain:
-                    wanted[c.name] = layout
+                wanted[t.name] = layout
                 asked = True
     return asked
 
@@ -292,12 +280,6 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
                 if src.type.shape == t.type.shape:
                     want(src, layout)
 
-    # Tensors a dot's tiling reaches: its accumulator and result, and (forward, in
-    # program order) what same-shape elementwise ops, `where` and `cast` make of them;
-    # their other same-shape operands are asked for that tiling too (so
-    # `acc = acc + part * scale` keeps `acc`, and through the assigns its initial
-    # `full`, in the C tiling of the `dot` accumulating `part`).
-    reached: dict[str, RegisterLayout] = {}
     for inst in insts:
         if isinstance(inst, ins.Dot):
             (m, k), n = inst.a.type.static_shape, inst.b.type.static_shape[1]
@@ -305,15 +287,6 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
             if layouts is not None:
                 for t, layout in zip((inst.a, inst.b, inst.c), layouts):
                     want(t, layout)
-                reached[inst.out.name] = reached[inst.c.name] = layouts[2]
-        elif isinstance(inst, (ins.Cast, ins.Elementwise, ins.Where)):
-            same = [t for t in inst.input_tensors() if t.type.shape == inst.out.type.shape]
-            layout = next((reached[t.name] for t in same if t.name in reached), None)
-            if layout is not None:
-                reached[inst.out.name] = layout
-                for t in same:
-                    if t.name not in reached:
-                        want(t, layout)
     for _ in range(2):  # an assign's tensors share one layout, either side asking
         for inst in insts:
             if isinstance(inst, ins.Assign):
