@@ -184,6 +184,14 @@ def splitk_sum_kernel(act: DataType | str = "f16") -> Kernel:
     return splitk_sum
 
 
+# The kernels as module-level values, for `vmc compile kernels/qmm.py:qmm_f16 --set
+# wdtype=int3 --set split_k=4 ...` (inspecting the PTX, `--dump-after`, `--check`).
+qmm_f16 = qmm_kernel("f16")
+qmm_bf16 = qmm_kernel("bf16")
+qmm_f16_partial = qmm_kernel("f16", partial=True)
+splitk_sum_f16 = splitk_sum_kernel("f16")
+
+
 # ---- the weight format ---------------------------------------------------------------------
 
 def fragment_order(codes):

@@ -253,3 +253,18 @@ def test_bad_input_is_rejected_before_any_launch():
     qr = quantize(torch.randn(256, 64), "int4", 128)
     with pytest.raises((TypeError, ValueError)):
         quantized_matmul(np.zeros((1, 256), np.float16), qr)
+
+
+def test_vmc_compiles_the_library_kernel(tmp_path, capsys):
+    from pathlib import Path
+
+    from tilevm.cli import main
+
+    source = Path(__file__).resolve().parent.parent / "kernels" / "qmm.py"
+    out = tmp_path / "qmm.ptx"
+    assert main(["compile", f"{source}:qmm_f16", "--set", "wdtype=int3", "--set",
+                 "group_size=64", "--arch", "sm_90", "-o", str(out)]) == 0
+    ptx = out.read_text()
+    assert ".entry qmm_f16" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+    assert main(["compile", str(source), "--arch", "sm_90", "-o", str(out)]) != 0
+    assert "name one" in capsys.readouterr().err  # four kernels: the user picks one
