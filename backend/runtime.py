@@ -1048,16 +1048,28 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
-def pack_scalar(dtype: DataType, value: int | float) -> ctypes._SimpleCData:
-    """The ctypes value a scalar parameter of `dtype` is passed as (module docstring)."""
+def scalar_slot(dtype: DataType) -> tuple[str, Any]:
+    """How a scalar parameter of `dtype` is passed (module docstring): the `struct` code
+    of its 4- or 8-byte slot, and the function giving the slot's value: f32 as a float,
+    16-bit and narrower floats as their code in a 32-bit integer, integers as 32-bit or
+    (wider types) 64-bit integers."""
     if dtype.name == "f32":
-        return ctypes.c_float(value)
+        return "f", float
     if dtype.is_float:
-        code = int(encode([float(value)], dtype)[0])
-        return ctypes.c_uint32(code)
+        return "I", lambda value: int(encode([float(value)], dtype)[0])
     if dtype.bits <= 32:
-        return ctypes.c_int32(int(value)) if dtype.is_signed else ctypes.c_uint32(int(value))
-    return ctypes.c_int64(int(value)) if dtype.is_signed else ctypes.c_uint64(int(value))
+        return ("i" if dtype.is_signed else "I"), int
+    return ("q" if dtype.is_signed else "Q"), int
+
+
+_SLOT_CTYPES = {"f": ctypes.c_float, "i": ctypes.c_int32, "I": ctypes.c_uint32,
+                "q": ctypes.c_int64, "Q": ctypes.c_uint64}
+
+
+def pack_scalar(dtype: DataType, value: int | float) -> ctypes._SimpleCData:
+    """The ctypes value a scalar parameter of `dtype` is passed as (`scalar_slot`)."""
+    code, convert = scalar_slot(dtype)
+    return _SLOT_CTYPES[code](convert(value))
 
 
 @dataclass
@@ -1126,7 +1138,7 @@ class _TorchFastPath:
       int or float that is finite and within the largest finite value;
     - the size checks (assumptions, views against buffer sizes) already passed for
       these scalar values and buffer sizes (`Kernel._checked`), and a general launch of
-      these scalar values succeeded, which checked and remembered the grid (`grids`),
+      these scalar values succeeded, which checked and remembered the grid (`_grids`),
       the block size against the kernel's limit and the shared memory;
     - the calling thread's current context is the module's (`cuCtxGetCurrent` only).
 
@@ -1153,7 +1165,6 @@ class _TorchFastPath:
         self.shared_bytes = kernel.shared_bytes
         self.context = int(kernel.module.context.handle)
         self.device = kernel.module.context.device
-        self.grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}  # launched before
         # per parameter: ("p", {accepted torch dtype: itemsize}, alignment),
         # ("i", smallest, largest) or ("f", largest finite value, packer)
         self.params: list[tuple[Any, ...]] = []
@@ -1166,14 +1177,13 @@ class _TorchFastPath:
                           if code in codes and hasattr(torch, name)}
                 self.params.append(("p", dtypes, p.required_align))
                 fmt += "Q"
-            elif p.dtype.is_float:
-                self.params.append(("f", p.dtype.max, _float_packer(p.dtype)))
-                fmt += "f4x" if p.dtype.name == "f32" else "I4x"
             else:
-                lo, hi = _int_range(p.dtype)
-                self.params.append(("i", lo, hi))
-                fmt += ("i4x" if p.dtype.is_signed else "I4x") if p.dtype.bits <= 32 \
-                    else ("q" if p.dtype.is_signed else "Q")
+                code, convert = scalar_slot(p.dtype)
+                fmt += code + ("4x" if code in "fiI" else "")  # 8-byte slots
+                if p.dtype.is_float:
+                    self.params.append(("f", p.dtype.max, convert))
+                else:
+                    self.params.append(("i", *_int_range(p.dtype)))
         self.format = fmt
         self.nparams = len(sig.params)
         self._local = threading.local()
@@ -1232,7 +1242,7 @@ class _TorchFastPath:
         kernel = self.kernel
         if tuple(key) not in kernel._checked:
             return False
-        grid = self.grids.get(tuple(scalars))
+        grid = kernel._grids.get(tuple(scalars))
         if grid is None:
             return False
         drv = self.drv
@@ -1257,13 +1267,6 @@ class _TorchFastPath:
         return True
 
 
-def _float_packer(dtype: DataType) -> Any:
-    """A float scalar's value for its parameter slot (as `pack_scalar` passes it)."""
-    if dtype.name == "f32":
-        return float
-    return lambda v: int(encode([v], dtype)[0])
-
-
 class Kernel:
     """A kernel function of a loaded module."""
 
@@ -1279,7 +1282,8 @@ class Kernel:
         self._dynamic_limit = MAX_STATIC_SHARED
         self._max_threads: int | None = None
         self._checked: set[tuple[Any, ...]] = set()  # size checks passed (validate_args)
-        self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}  # by scalar args
+        # grids of launches that went through, by scalar arguments (`_TorchFastPath` too)
+        self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         self._fast: _TorchFastPath | None = None  # built once PyTorch is imported
 
     def attribute(self, name: str) -> int:
@@ -1309,12 +1313,10 @@ class Kernel:
         key = None
         if grid is None:
             key = tuple(b.value for b in bound if isinstance(b, BoundScalar))
-            grid = self._grids.get(key)
-            if grid is None:
-                grid = self._grids[key] = self.signature.grid_of(bound)
+            grid = self._grids.get(key) or self.signature.grid_of(bound)
         self._launch_bound(grid, (self.num_threads,), self.shared_bytes, bound, stream)
-        if fast is not None and key is not None and 0 not in grid:
-            fast.grids[key] = grid  # launched: the grid, block and shared memory are fine
+        if key is not None and 0 not in grid:
+            self._grids[key] = grid  # launched: the grid, block and shared memory are fine
 
     def launch(self, grid: int | Sequence[int], block: int | Sequence[int], shared_bytes: int,
                args: Sequence[Any], stream: Any = None) -> None:

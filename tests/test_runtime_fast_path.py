@@ -221,9 +221,9 @@ def test_fast_path_packs_every_scalar_type_as_the_general_path(torch, monkeypatc
     args = [torch.Tensor(8, "bfloat16"), *[v for _, _, v in scalars]]
     kernel(*args, grid=(1,))  # no grid in the signature: the general path every time
     reference = drv.launches[-1][4]
-    kernel._fast.grids[tuple(v for _, _, v in scalars)] = (1, 1, 1)  # as if launched
-    kernel._fast.grids[tuple(float(v) if t in ("f32", "f16", "bf16", "f8e4m3") else v
-                             for _, t, v in scalars)] = (1, 1, 1)
+    kernel._grids[tuple(v for _, _, v in scalars)] = (1, 1, 1)  # as if launched
+    kernel._grids[tuple(float(v) if t in ("f32", "f16", "bf16", "f8e4m3") else v
+                        for _, t, v in scalars)] = (1, 1, 1)
     kernel(*args)
     assert general.calls == 1  # the fast path launched
     assert drv.launches[-1][4] == reference
@@ -357,7 +357,7 @@ def test_gpu_torch_fast_path(monkeypatch) -> None:
         out = torch.full((n,), float("nan"), device="cuda")
         kernel(x, y, out, n)
         torch.testing.assert_close(out, x + y)
-    assert kernel._fast is not None and kernel._fast.grids
+    assert kernel._fast is not None and kernel._grids
     general = CountingValidate(monkeypatch)
     out.fill_(float("nan"))
     kernel(x, y, out, n)
