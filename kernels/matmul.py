@@ -19,6 +19,7 @@ tuning serves every M of a bucket.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -83,31 +84,45 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
 
     K, N = qw.shape
     M = x.shape[0]
-    act = qw.scale_dtype.name
     zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
-    constants = dict(wdtype=qw.dtype, group_size=qw.group_size, has_zeros=qw.zeros is not None,
-                     **s.constants())
+    qmm = _qmm(qw, s)
     if s.split_k == 1:
-        _compiled(qmm_kernel(act), constants)(x, qw.packed, qw.scales, zeros, y, M, N, K)
+        qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
         return
     ws = torch.empty(s.split_k, M, padded_n(N), dtype=torch.float32, device=x.device)
-    _compiled(qmm_kernel(act, True), constants)(x, qw.packed, qw.scales, zeros, ws, M, N, K)
-    _compiled(splitk_sum_kernel(act), {"split_k": s.split_k})(ws, y, M, N)
+    qmm(x, qw.packed, qw.scales, zeros, ws, M, N, K)
+    _splitk_sum(qw.scale_dtype.name, s.split_k)(ws, y, M, N)
 
 
+# The loaded kernels of this process, by what selects them (cheap keys: every call looks).
 _kernels: dict[tuple[Any, ...], Any] = {}
 
 
-def _compiled(kernel: Any, constants: dict[str, Any]) -> Any:
-    """The loaded kernel for these constants (compiled once per process; the PTX comes
-    from the on-disk cache after the first process)."""
-    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
-
-    key = (kernel.name, tuple(sorted((k, str(v)) for k, v in constants.items())))
+def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
+    key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s)
     loaded = _kernels.get(key)
     if loaded is None:
-        loaded = _kernels[key] = compiled_kernel(kernel.specialize(**constants))
+        act, wdtype, group_size, has_zeros, _ = key
+        loaded = _kernels[key] = _load(qmm_kernel(act, s.split_k > 1), wdtype=wdtype,
+                                       group_size=group_size, has_zeros=has_zeros,
+                                       **s.constants())
     return loaded
+
+
+def _splitk_sum(act: str, split_k: int) -> Any:
+    key = ("splitk_sum", act, split_k)
+    loaded = _kernels.get(key)
+    if loaded is None:
+        loaded = _kernels[key] = _load(splitk_sum_kernel(act), split_k=split_k)
+    return loaded
+
+
+def _load(kernel: Any, **constants: Any) -> Any:
+    """The loaded kernel for these constants (the PTX comes from the on-disk cache after
+    the first process)."""
+    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
+
+    return compiled_kernel(kernel.specialize(**constants))
 
 
 # ---- tuning ------------------------------------------------------------------------------
@@ -117,11 +132,16 @@ def m_bucket(M: int) -> int:
     return next((b for b in M_BUCKETS if M <= b), M_BUCKETS[-1] * 2)
 
 
-def tuning_key(x: Any, qw: QuantizedWeight) -> str:
+@functools.cache
+def _gpu_name(device_index: int) -> str:
     import torch
 
+    return torch.cuda.get_device_name(device_index).replace("|", "/")
+
+
+def tuning_key(x: Any, qw: QuantizedWeight) -> str:
     K, N = qw.shape
-    gpu = torch.cuda.get_device_name(x.device).replace("|", "/")
+    gpu = _gpu_name(x.device.index if x.device.index is not None else 0)
     return (f"{gpu}|{qw.dtype}|g{qw.group_size}|{qw.scale_dtype}|"
             f"z{int(qw.zeros is not None)}|M{m_bucket(x.shape[0])}|N{N}|K{K}")
 
