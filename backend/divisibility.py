@@ -22,13 +22,15 @@ here is never a wrong promise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from tilevm.dtypes import DataType
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import BOOL, Binary, Const, Expr, Var
-from tilevm.ir.stmt import For, If, Program, Seq
+from tilevm.ir.stmt import For, Program
+from tilevm.ir.transform import map_instructions
 from tilevm.ir.types import Tensor
 
 
@@ -64,6 +66,20 @@ class ProgramPoint:
     def view(self, tensor: Tensor) -> ins.GlobalView:
         return self.views[tensor.name]
 
+    @contextmanager
+    def inside(self, loop: For) -> Iterator[None]:
+        """Within `loop`'s body its variable is a multiple of gcd(start, step)."""
+        name = loop.var.name
+        saved = self.divisors.get(name)
+        self.divisors[name] = math.gcd(self.divisor(loop.start), self.divisor(loop.step))
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self.divisors[name]
+            else:
+                self.divisors[name] = saved
+
 
 def rewrite_instructions(program: Program,
                          rewrite: Callable[[ins.Instruction, ProgramPoint], ins.Instruction]
@@ -72,32 +88,12 @@ def rewrite_instructions(program: Program,
     being what is known where `i` runs (the same walk for every lowering pass)."""
     point = ProgramPoint(divisors=assumed_divisors(program))
 
-    def seq(s: Seq) -> Seq:
-        return Seq(body=tuple(stmt(x) for x in s.body))
+    def visit(inst: ins.Instruction) -> ins.Instruction:
+        if isinstance(inst, ins.GlobalView):
+            point.views[inst.out.name] = inst
+        return rewrite(inst, point)
 
-    def stmt(s):
-        if isinstance(s, ins.Instruction):
-            if isinstance(s, ins.GlobalView):
-                point.views[s.out.name] = s
-            return rewrite(s, point)
-        if isinstance(s, Seq):
-            return seq(s)
-        if isinstance(s, For):
-            saved = point.divisors.get(s.var.name)
-            point.divisors[s.var.name] = math.gcd(point.divisor(s.start),
-                                                  point.divisor(s.step))
-            body = seq(s.body)
-            if saved is None:
-                del point.divisors[s.var.name]
-            else:
-                point.divisors[s.var.name] = saved
-            return replace(s, body=body)
-        if isinstance(s, If):
-            return replace(s, then_body=seq(s.then_body),
-                           else_body=None if s.else_body is None else seq(s.else_body))
-        return s
-
-    return replace(program, body=seq(program.body))
+    return map_instructions(program, visit, point.inside)
 
 
 def assumed_divisors(program: Program) -> dict[str, int]:

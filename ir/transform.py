@@ -5,6 +5,7 @@ changes tensor types, e.g. layout inference, uses it) throughout a program."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, replace
 from typing import Any
 
@@ -28,8 +29,12 @@ def map_tensors(program: Program, fn: Callable[[Tensor], Tensor]) -> Program:
               if f.name not in ("loc", "lowering")}))
 
 
-def map_instructions(program: Program, fn: Callable[[Instruction], Instruction]) -> Program:
-    """The program with every instruction `i` replaced by `fn(i)` (same statement tree)."""
+def map_instructions(program: Program, fn: Callable[[Instruction], Instruction],
+                     loop_scope: Callable[[For], AbstractContextManager] | None = None
+                     ) -> Program:
+    """The program with every instruction `i` replaced by `fn(i)` (same statement tree),
+    in program order; `loop_scope(loop)`, if given, is entered around each loop's body
+    (a pass that tracks what holds inside loops uses it)."""
 
     def stmt(s: Any) -> Any:
         if isinstance(s, Instruction):
@@ -37,7 +42,8 @@ def map_instructions(program: Program, fn: Callable[[Instruction], Instruction])
         if isinstance(s, Seq):
             return Seq(body=tuple(stmt(x) for x in s.body))
         if isinstance(s, For):
-            return replace(s, body=stmt(s.body))
+            with loop_scope(s) if loop_scope is not None else nullcontext():
+                return replace(s, body=stmt(s.body))
         if isinstance(s, If):
             return replace(s, then_body=stmt(s.then_body),
                            else_body=None if s.else_body is None else stmt(s.else_body))
