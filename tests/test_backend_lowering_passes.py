@@ -184,3 +184,16 @@ def test_a_dot_on_unsupported_inputs_fails_at_its_line():
     with pytest.raises(VMError, match="dot on f32 inputs") as info:
         select_instructions(broken)
     assert info.value.loc is not None and info.value.loc.line == dot.loc.line
+
+
+def test_a_copy_of_a_packed_tile_is_its_words():
+    """The frontend copies a tile a loop rebinds (`packed = ahead; ahead = load(...)`): a
+    cast to the same type and layout, which moves no bits."""
+    from tilevm.kernels.qmm import qmm_kernel
+
+    program = run_passes(qmm_kernel("f16").specialize(wdtype=tv.int4, group_size=128))
+    casts = [i for i in instructions(program.body) if isinstance(i, ins.Cast)]
+    copies = [i for i in casts if i.src.type == i.out.type]
+    assert copies and all(i.lowering == ins.lowering("free") for i in copies)
+    assert all(i.lowering.name != "free" for i in casts if i not in copies
+               and i.lowering is not None)

@@ -38,6 +38,9 @@ def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     if inst.lowering is None:
         raise cg.fail("a cast from packed codes has no conversion form (run the "
                       "lower_bit_packing pass)")
+    if inst.lowering.name == "free":  # the same type and layout: the same words
+        cg.define_words(out, cg.register_words(src))
+        return
     # The codes as packed words, in `out`'s local order (a broadcast operand is repacked).
     if src.type.shape == out.type.shape and src.layout == out.layout:
         words = cg.register_words(src)

@@ -13,7 +13,8 @@ move:
   OR-ed into words), `unpack` from a packed tile to wider elements (each is cut out of
   its word, or the two words it straddles), `bitcast` between wider tiles of the same
   element width, `repack` between wider tiles of different widths.
-- `cast` from a packed tile to f16/bf16: `lowering=paired_rule(bits=b)`: codes are cut
+- `cast` from a packed tile to the same type and layout (a copy): `lowering=free`, the
+  same words. To f16/bf16: `lowering=paired_rule(bits=b)`: codes are cut
   out of the words two at a time into the two 16-bit lanes of one i32 and converted by
   the generic rule of `conversions` (integer ops, then ONE `<2 x half|bfloat>` float op
   per pair); for b in {1, 2, 4, 8} the two codes are `16 / b` positions apart in the
@@ -48,9 +49,12 @@ def lower_bit_packing(program: Program) -> Program:
             return replace(inst, lowering=ins.lowering(view_form(inst.src.dtype,
                                                                  inst.out.dtype)))
         if isinstance(inst, ins.Cast) and is_packed(inst.src.dtype):
-            form = ins.lowering("paired_rule", bits=inst.src.dtype.bits) \
-                if pairs_convert(inst.src.dtype, inst.out.dtype) else \
-                ins.lowering("per_element_rule")
+            if inst.src.type == inst.out.type:  # dtype, shape and layout
+                form = ins.lowering("free")  # a copy (the frontend's snapshot of a tile)
+            elif pairs_convert(inst.src.dtype, inst.out.dtype):
+                form = ins.lowering("paired_rule", bits=inst.src.dtype.bits)
+            else:
+                form = ins.lowering("per_element_rule")
             return replace(inst, lowering=form)
         return inst
 
