@@ -637,22 +637,19 @@ def _row_chunks(rows: int, cols: int) -> Iterable[slice]:
 def pack_rows(codes, bits: int):
     """torch uint8 `codes[K, N]` (N % 8 == 0) -> `[K, N*bits/8]` bytes, row k packed along N
     exactly as the example's `pack_weights` (`tilevm.dtypes.pack`) does: element n at bits
-    [n*b, (n+1)*b) of the row, little-endian. On the tensor's device: packing a 470M-weight
-    layer in numpy would take the benchmark's minutes."""
+    [n*b, (n+1)*b) of the row, little-endian. `kernels.weights.pack_weights` on the
+    tensor's device, a block of rows at a time (its temporaries stay small for a
+    470M-weight layer)."""
     import torch
+
+    from tilevm.kernels.weights import pack_weights
 
     K, N = codes.shape
     if N % 8:
         raise ValueError(f"N must be a multiple of 8, got {N}")
-    if bits == 8:
-        return codes.contiguous().clone()
     out = torch.empty((K, N * bits // 8), dtype=torch.uint8, device=codes.device)
-    shifts = torch.arange(8, device=codes.device, dtype=torch.int64) * bits
     for rows in _row_chunks(K, N):
-        # 8 codes of b <= 7 bits fill b bytes of one 64-bit word without reaching its sign.
-        words = (codes[rows].reshape(-1, N // 8, 8).to(torch.int64) << shifts).sum(-1)
-        parts = [(words >> (8 * j)) & 0xFF for j in range(bits)]
-        out[rows] = torch.stack(parts, -1).to(torch.uint8).reshape(-1, N * bits // 8)
+        out[rows] = pack_weights(codes[rows], f"uint{bits}")  # packing sees only the bits
     return out
 
 
