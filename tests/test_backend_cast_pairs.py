@@ -12,10 +12,10 @@ from __future__ import annotations
 import ctypes
 import re
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
+from host_jit import compile_for_host, counted_loop, host_module
 from kernel_harness import run_both
 
 import tilevm as tv
@@ -30,7 +30,6 @@ SOURCES = list(lowbit_dtypes())
 TARGETS = (parse("f16"), parse("bf16"))
 EXACT = [(s, d) for s in SOURCES for d in TARGETS if cv.is_exact(s, d)]
 I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
-PTR = ir.PointerType()
 
 
 def make_cast(wdtype, dst, num_warps: int = 1):
@@ -124,48 +123,28 @@ def _pair_function(module: ir.Module, src, dst, count: int) -> None:
     `in`, `out` gets convert_packed of its `count` codes and then convert_value of each
     code (cut out of the words), as i16 bit patterns."""
     words = -(-count * src.bits // 32)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I32]),
-                     f"pairs_{src.name}_{dst.name}_{count}")
-    src_p, dst_p, n = fn.args
-    entry, loop, done = (fn.append_basic_block(x) for x in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_signed(">", n, I32(0)), loop, done)
-    b.position_at_end(loop)
-    i = b.phi(I32)
-    i.add_incoming(I32(0), entry)
-    regs = [b.load(b.gep(src_p, [b.add(b.mul(i, I32(words)), I32(j))], source_etype=I32),
-                   typ=I32) for j in range(words)]
-    single = [convert_value(b, from_bits(b, extract_bits(b, regs, l * src.bits, src.bits),
-                                         src), src, dst) for l in range(count)]
-    results = convert_packed(b, regs, count, src, dst) + single
-    for j, value in enumerate(results):
-        at = b.add(b.mul(i, I32(2 * count)), I32(j))
-        b.store(b.bitcast(value, I16), b.gep(dst_p, [at], source_etype=I16))
-    nxt = b.add(i, I32(1))
-    i.add_incoming(nxt, loop)
-    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
+
+    def record(b: ir.IRBuilder, i: ir.Value, src_p: ir.Value, dst_p: ir.Value) -> None:
+        regs = [b.load(b.gep(src_p, [b.add(b.mul(i, I32(words)), I32(j))],
+                             source_etype=I32), typ=I32) for j in range(words)]
+        single = [convert_value(b, from_bits(b, extract_bits(b, regs, l * src.bits,
+                                                             src.bits), src), src, dst)
+                  for l in range(count)]
+        results = convert_packed(b, regs, count, src, dst) + single
+        for j, value in enumerate(results):
+            at = b.add(b.mul(i, I32(2 * count)), I32(j))
+            b.store(b.bitcast(value, I16), b.gep(dst_p, [at], source_etype=I16))
+
+    counted_loop(module, f"pairs_{src.name}_{dst.name}_{count}", record)
 
 
 @pytest.fixture(scope="module")
 def pairs_jit():
-    module = ir.Module(name="cast_pairs")
-    module.triple = llvm.get_process_triple()
+    module = host_module("cast_pairs")
     for src, dst in EXACT:
         for count in COUNTS:
             _pair_function(module, src, dst, count)
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                           features=llvm.get_host_cpu_features().flatten(),
-                                           opt=2)  # the host's half support (F16C)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
-    return engine
+    return compile_for_host(module)
 
 
 def _as_float(bits: np.ndarray, dst) -> np.ndarray:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
+from host_jit import compile_for_host, host_module
 from kernel_harness import load_module, run_both
 
 from tilevm.backend import ptxas
@@ -120,8 +120,7 @@ def _storage(dtype) -> np.dtype:
 
 @pytest.fixture(scope="module")
 def view_jit():
-    module = ir.Module(name="views")
-    module.triple = llvm.get_process_triple()
+    module = host_module("views")
     for s, o, n_src in VIEW_CASES:
         src, out = parse(s), parse(o)
         count = n_src * src.bits // out.bits
@@ -144,14 +143,7 @@ def view_jit():
                 v = b.zext(v, mem_o)
             b.store(v, b.gep(fn.args[1], [ir.Constant(ir.IntType(64), j)], source_etype=mem_o))
         b.ret_void()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(opt=2)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
-    return engine
+    return compile_for_host(module)
 
 
 @pytest.mark.parametrize("s, o, n_src", VIEW_CASES)

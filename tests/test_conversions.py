@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 import pytest
+from host_jit import compile_for_host, counted_loop, host_module
 
 from tilevm import dtypes
 from tilevm.backend import conversions as cv
@@ -40,21 +41,12 @@ def _pairs(include_rounding: bool = True):
 
 def _loop(module: ir.Module, name: str, in_type: ir.Type, out_type: ir.Type, body) -> None:
     """`void name(ptr in, ptr out, i32 n)`: out[i] = body(builder, in[i]) for i < n."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I32]), name)
-    src, dst, n = fn.args
-    entry, loop, done = (fn.append_basic_block(x) for x in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.cbranch(b.icmp_signed(">", n, I32(0)), loop, done)
-    b.position_at_end(loop)
-    i = b.phi(I32)
-    i.add_incoming(I32(0), entry)
-    value = b.load(b.gep(src, [i], source_etype=in_type), typ=in_type)
-    b.store(body(b, value), b.gep(dst, [i], source_etype=out_type))
-    nxt = b.add(i, I32(1))
-    i.add_incoming(nxt, loop)
-    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
+
+    def element(b: ir.IRBuilder, i: ir.Value, src: ir.Value, dst: ir.Value) -> None:
+        value = b.load(b.gep(src, [i], source_etype=in_type), typ=in_type)
+        b.store(body(b, value), b.gep(dst, [i], source_etype=out_type))
+
+    counted_loop(module, name, element)
 
 
 def _name(kind: str, src, dst) -> str:
@@ -63,8 +55,7 @@ def _name(kind: str, src, dst) -> str:
 
 @pytest.fixture(scope="module")
 def jit():
-    module = ir.Module(name="conversions")
-    module.triple = llvm.get_process_triple()
+    module = host_module("conversions")
     for src, dst, exact in _pairs():
         ft = cv.float_ir_type(dst)
         opts = {"allow_rounding": not exact}
@@ -91,16 +82,7 @@ def jit():
         for offset in range(32):  # fields of an i64 (two words)
             _loop(module, f"field_{bits}_{offset}", ir.IntType(64), I32,
                   lambda b, v, o=offset, bits=bits: cv.emit_extract_field(b, v, o, bits))
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                           features=llvm.get_host_cpu_features().flatten(),
-                                           opt=2)
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
+    engine = compile_for_host(module)
     proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
 
     def call(name: str, inputs: np.ndarray, out_dtype, per_input: int = 1) -> np.ndarray:
