@@ -11,16 +11,14 @@ Run it pinned to one core for the figure of merit: `taskset -c 0 python -m ...`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+from tilevm.bench.examples import load_example
 
 CONFIGS = [
     ("vector_add", "vector_add", {"block": 1024}),
@@ -31,14 +29,6 @@ CONFIGS = [
 ]
 
 
-def _kernel(module_name: str, kernel_name: str):
-    spec = importlib.util.spec_from_file_location(f"_bench_{module_name}",
-                                                  EXAMPLES / f"{module_name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, kernel_name)
-
-
 def time_config(module_name: str, kernel_name: str, constants: dict, arch: str,
                 repeats: int) -> dict:
     from tilevm import dtypes
@@ -47,7 +37,8 @@ def time_config(module_name: str, kernel_name: str, constants: dict, arch: str,
     constants = {k: dtypes.parse(v) if k == "wdtype" else v for k, v in constants.items()}
     stages: dict[str, list[float]] = {"frontend": [], "passes": [], "codegen": [], "llvm": []}
     for _ in range(repeats):
-        kernel = _kernel(module_name, kernel_name)  # a fresh kernel: no cached specialization
+        # a fresh kernel: no cached specialization
+        kernel = getattr(load_example(module_name), kernel_name)
         target._target_machine.cache_clear()
         t0 = time.perf_counter()
         program = kernel.specialize(**constants)

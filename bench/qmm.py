@@ -66,9 +66,9 @@ from typing import Any
 import numpy as np
 
 from tilevm import dtypes
+from tilevm.bench.examples import load_example
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "quantized_matmul.py"
 WHEELS = Path(__file__).resolve().parent / "wheels"
 
 # ---- the protocol's matrix ---------------------------------------------------------------
@@ -729,14 +729,12 @@ _VARIANTS: dict[tuple[str, int], tuple[Any, dict]] = {}  # (wdtype, g) -> (kerne
 
 
 def _load_example(fresh: bool = False):
-    """examples/quantized_matmul.py, loaded by path (bench may not import examples); a
-    fresh copy has a fresh kernel object, with no cached specialization."""
+    """examples/quantized_matmul.py (bench may not import examples); a fresh copy has a
+    fresh kernel object, with no cached specialization."""
     global _EXAMPLE_MODULE
     if _EXAMPLE_MODULE is not None and not fresh:
         return _EXAMPLE_MODULE
-    spec = importlib.util.spec_from_file_location("_bench_qmm_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_example("quantized_matmul")
     if not fresh:
         _EXAMPLE_MODULE = module
     return module

@@ -5,11 +5,11 @@ cp.async and 16-byte global loads."""
 
 from __future__ import annotations
 
-import importlib.util
 from functools import cache
 from pathlib import Path
 
 import pytest
+from kernel_harness import load_module
 
 from tilevm import dtypes
 from tilevm.backend import ptxas
@@ -24,10 +24,7 @@ WEIGHT_TYPES = ("int2", "int3", "int4", "uint4", "int5", "int6", "int8", "uint2"
 
 @cache
 def example(name: str):
-    spec = importlib.util.spec_from_file_location(f"_compile_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLES / f"{name}.py")
 
 
 def compiled_without_spills(kernel, constants: dict, arch: str) -> str:
