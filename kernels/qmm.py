@@ -39,8 +39,8 @@ import numpy as np
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.layouts import local, spatial
-from tilevm.layouts.fragments import mma_m16n8k16_b
+from tilevm.layouts import local, replicated, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
@@ -65,7 +65,7 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             y: tv.ptr(out), M: tv.int32, N: tv.int32, K: tv.int32,
             *, wdtype: DataType = tv.int4, group_size: int = 128, has_zeros: bool = False,
             bm: int = 16, bk: int = 32, num_warps: int = 1, split_k: int = 1,
-            x_shared: bool = True, prefetch: int = 1):
+            x_shared: bool = True, prefetch: int = 1, swap_ab: bool = False):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk % ATOM == 0 and group_size % bk == 0,
@@ -74,9 +74,11 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         tv.static_assert(not x_shared or group_size % (2 * bk) == 0,
                          f"the two-stage pipeline needs 2 * bk = {2 * bk} to divide "
                          f"group_size={group_size}")
-        tv.static_assert(bm % 16 == 0, f"bm={bm} must be a multiple of 16")
+        tv.static_assert(bm % (8 if swap_ab else 16) == 0,
+                         f"bm={bm} must be a multiple of {8 if swap_ab else 16}")
+        tv.static_assert(not swap_ab or x_shared, "swap_ab reads x through shared memory")
         tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
-        tv.static_assert(prefetch in (1, 2), f"prefetch is 1 or 2 k-tiles, got {prefetch}")
+        tv.static_assert(prefetch in (1, 2, 3, 4), f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         bn = ATOM * num_warps
         tv.assume(K % (group_size * split_k) == 0)
         tv.assume(K % ATOM == 0)
@@ -85,8 +87,12 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), split_k)
         gx = tv.global_view(x, [M, K])
         gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
-        gs = tv.global_view(scales, [K // group_size, Np])
-        gz = tv.global_view(zeros, [K // group_size, Np])
+        if swap_ab:  # scales and zeros as columns [Np, K / group_size]
+            gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
+            gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
+        else:
+            gs = tv.global_view(scales, [K // group_size, Np])
+            gz = tv.global_view(zeros, [K // group_size, Np])
         n0 = tv.block_idx(0) * bn
         m0 = tv.block_idx(1) * bm
         atom_n0 = tv.block_idx(0) * num_warps
@@ -99,25 +105,53 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             .local(1, 1, 1, 4 * b)
         code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * ATOM_LAYOUT
         tile = [bk // ATOM, num_warps, 32, 4 * b]
+        if swap_ab:
+            # y^T = W^T @ x^T: the weights are the mma A operand (16 columns of W per
+            # fragment), x^T the B operand (8 rows of x): for M <= 8, half the padding
+            # work and accumulators of x as A (16 rows). A lane's codes of an atom are
+            # the same 32 as for B (the A fragment of W^T over 16 columns is the two B
+            # fragments of W side by side), so the format serves both; `cast` reorders
+            # them inside the thread.
+            a_layout = spatial(num_warps, 1) * local(2, bk // 16) * mma_m16n8k16_a()
+            xt_layout = replicated(num_warps, ndim=2) * local(bk // 16, bm // 8) \
+                * mma_m16n8k16_b()
+            acc_shape = [bn, bm]
+            acc_layout = spatial(num_warps, 1) * local(2, bm // 8) * mma_m16n8k16_c()
+        else:
+            acc_shape = [bm, bn]
+            acc_layout = None
 
         # y = sum over groups of scale[g] * (x_g @ (codes_g - zero_g)): each group's
         # products are summed in f32 by the tensor cores, then scaled once per group and
         # column (the codes, and codes minus integer zero points, are exact in f16/bf16).
-        acc = tv.zeros([bm, bn], tv.f32)
-        # Software pipelining: `prefetch` k-tiles of weights (registers: `ahead`,
-        # `ahead2`) and the next k-tile of activations (shared memory, two stages) are in
-        # flight while a k-tile is computed.
-        ahead = tv.load_global(gw, [k_begin // ATOM, atom_n0, 0, 0], tile, layout=byte_layout)
-        if prefetch == 2:
-            ahead2 = tv.load_global(gw, [(k_begin + bk) // ATOM, atom_n0, 0, 0], tile,
-                                    layout=byte_layout)
+        acc = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+        # Software pipelining: `prefetch` k-tiles of weights (registers: `ahead` ...
+        # `ahead4`, next first) and the next k-tile of activations (shared memory, two
+        # stages) are in flight while a k-tile is computed: decode is bound by how many
+        # bytes are in flight, so the fewer bits per k-tile, the more k-tiles ahead.
+        ahead = _weights(gw, k_begin, atom_n0, tile, byte_layout)
+        ahead2 = _weights(gw, k_begin + bk, atom_n0, tile, byte_layout) \
+            if prefetch >= 2 else None
+        ahead3 = _weights(gw, k_begin + 2 * bk, atom_n0, tile, byte_layout) \
+            if prefetch >= 3 else None
+        ahead4 = _weights(gw, k_begin + 3 * bk, atom_n0, tile, byte_layout) \
+            if prefetch >= 4 else None
         if x_shared:
             xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
             tv.copy_async(xs[0], gx, [m0, k_begin])
             tv.copy_async_commit()
         for g0 in tv.range(k_begin, k_begin + k_len, group_size):
-            part = tv.zeros([bm, bn], tv.f32)
-            zero = tv.load_global(gz, [g0 // group_size, n0], [1, bn]) if has_zeros else None
+            part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+            # loaded now, used after the group's k-tiles: its latency is hidden
+            if swap_ab:  # held by the threads that use them: no conversion
+                scale = tv.load_global(gs, [n0, g0 // group_size], [bn, 1],
+                                       layout=acc_layout.reduce(1))
+                zero = tv.load_global(gz, [n0, g0 // group_size], [bn, 1],
+                                      layout=a_layout.reduce(1)) if has_zeros else None
+            else:
+                scale = tv.load_global(gs, [g0 // group_size, n0], [1, bn])
+                zero = tv.load_global(gz, [g0 // group_size, n0], [1, bn]) \
+                    if has_zeros else None
             for k0 in tv.range(g0, g0 + group_size, 2 * bk if x_shared else bk):
                 for s in range(2 if x_shared else 1):  # unrolled: stage s: k0 + s * bk
                     k = k0 + s * bk if s else k0
@@ -125,38 +159,58 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                         tv.copy_async(xs[1 - s], gx, [m0, k + bk])
                         tv.copy_async_commit()
                     packed = ahead
-                    if prefetch == 2:
-                        ahead = ahead2
-                        ahead2 = tv.load_global(gw, [(k + 2 * bk) // ATOM, atom_n0, 0, 0],
-                                                tile, layout=byte_layout)
+                    later = _weights(gw, k + prefetch * bk, atom_n0, tile, byte_layout)
+                    if prefetch == 1:
+                        ahead = later
+                    elif prefetch == 2:
+                        ahead, ahead2 = ahead2, later
+                    elif prefetch == 3:
+                        ahead, ahead2, ahead3 = ahead2, ahead3, later
                     else:
-                        ahead = tv.load_global(gw, [(k + bk) // ATOM, atom_n0, 0, 0], tile,
-                                               layout=byte_layout)
-                    wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act)
+                        ahead, ahead2, ahead3, ahead4 = ahead2, ahead3, ahead4, later
+                    if swap_ab:
+                        wt = tv.cast(tv.view(packed, wdtype, [bn, bk],
+                                             code_layout.permute((1, 0))), act, a_layout)
+                    else:
+                        wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act)
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
                         tv.copy_async_wait(1)  # this stage's activations have landed ...
                         tv.sync()  # ... for every warp
-                        xa = tv.load_shared(xs[s], [0, 0], [bm, bk])
+                        if swap_ab:  # x^T: x's rows as ldmatrix reads them, relabeled
+                            xa = tv.view(tv.load_shared(xs[s], [0, 0], [bm, bk],
+                                                        xt_layout.permute((1, 0))),
+                                         act, [bk, bm], xt_layout)
+                        else:
+                            xa = tv.load_shared(xs[s], [0, 0], [bm, bk])
                     else:
                         xa = tv.load_global(gx, [m0, k], [bm, bk])
-                    part = tv.dot(xa, wt, part)
+                    part = tv.dot(wt, xa, part) if swap_ab else tv.dot(xa, wt, part)
                     if x_shared:
                         tv.sync()  # every warp has read stage s before it is refilled
-            scale = tv.load_global(gs, [g0 // group_size, n0], [1, bn])
             acc = acc + part * tv.cast(scale, tv.f32)
         if x_shared:
             tv.copy_async_wait(0)
-        if partial:  # this split's slice of the workspace [split_k, M, Np]
-            gy = tv.global_view(y, [M, N], strides=[Np, 1], offset=tv.block_idx(2) * M * Np)
-            tv.store_global(gy, acc, [m0, n0])
+        # y (with partial: this split's slice of the workspace [split_k, M, Np])
+        row = Np if partial else N
+        offset = tv.block_idx(2) * M * Np if partial else 0
+        if swap_ab:  # acc is y^T
+            gy = tv.global_view(y, [N, M], strides=[1, row], offset=offset)
+            start = [n0, m0]
         else:
-            gy = tv.global_view(y, [M, N])
-            tv.store_global(gy, tv.cast(acc, act), [m0, n0])
+            gy = tv.global_view(y, [M, N], strides=[row, 1], offset=offset)
+            start = [m0, n0]
+        tv.store_global(gy, acc if partial else tv.cast(acc, act), start)
 
     qmm.name = f"qmm_{act.name}" + ("_partial" if partial else "")
     return qmm
+
+
+def _weights(gw, k, atom_n0, tile, byte_layout):
+    """The k-tile of weights at row `k` (past the end: masked, zeros), as each lane's
+    bytes of its atoms (a compile-time helper of `qmm_kernel`)."""
+    return tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile, layout=byte_layout)
 
 
 @cache

@@ -3,8 +3,11 @@
 A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (16 serves
 every decode batch M <= 16 with one mma row tile), `bk` rows of K per step (a multiple
 of 32 dividing the group size), `num_warps` warps of 32 columns each, `split_k` blocks
-along K (their f32 partial sums are added by `splitk_sum_kernel`), and whether the
-activations go through shared memory (`x_shared`, two stages).
+along K (their f32 partial sums are added by `splitk_sum_kernel`), whether the
+activations go through shared memory (`x_shared`, two stages), how many k-tiles of
+weights are in flight (`prefetch`), and `swap_ab`: compute `y^T = W^T x^T` with the
+weights as the mma A operand, so that x pads to 8 rows instead of 16 (`bm` a multiple
+of 8): for M <= 8 half the tensor-core work and accumulator registers.
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
@@ -26,6 +29,7 @@ class Schedule:
     split_k: int = 1
     x_shared: bool = True
     prefetch: int = 1
+    swap_ab: bool = False
 
     def constants(self) -> dict[str, int | bool]:
         """The kernel's compile-time constants for this schedule."""
@@ -37,11 +41,15 @@ class Schedule:
             return False
         if K % (group_size * self.split_k):
             return False
+        if self.bm % (8 if self.swap_ab else 16) or (self.swap_ab and not self.x_shared):
+            return False
         return not self.x_shared or group_size % (2 * self.bk) == 0
 
     def __str__(self) -> str:
         return (f"bm={self.bm} bk={self.bk} warps={self.num_warps} split_k={self.split_k}"
-                f"{'' if self.x_shared else ' x_global'}")
+                f"{'' if self.x_shared else ' x_global'}"
+                f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
+                f"{' swap_ab' if self.swap_ab else ''}")
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -54,33 +62,47 @@ def row_tiles(M: int) -> tuple[int, ...]:
 
 
 def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
-    """The schedules the tuner times for this problem (all fit it)."""
+    """The schedules the tuner times for this problem (all fit it). Measured on an H100
+    and an H200 (bench/results): 64-row k-tiles win whenever the group allows the
+    two-stage pipeline with them, and a deeper weight prefetch gains at most a few
+    percent at M = 1, so neither is searched (the kernel takes them, for experiments)."""
+    bk = 64 if group_size % 128 == 0 else 32
     found = []
-    for bm in row_tiles(M):
-        for bk in (32, 64):
+    for swap_ab in (False, True) if M <= 16 else (False,):
+        for bm in (swap_rows(M),) if swap_ab else row_tiles(M):
             for warps in (2, 4):
                 for split in (1, 2, 4, 8, 16):
                     if split > 1 and M > 64:
                         continue  # prefill has blocks enough
-                    s = Schedule(bm, bk, warps, split)
-                    if not s.fits(K, group_size):  # small groups: activations unstaged
+                    s = Schedule(bm, bk, warps, split, swap_ab=swap_ab)
+                    if not s.fits(K, group_size) and not swap_ab:  # small groups
                         s = Schedule(bm, bk, warps, split, x_shared=False)
                     if s.fits(K, group_size):
                         found.append(s)
     return found
 
 
+def swap_rows(M: int) -> int:
+    """`bm` of the swapped (`swap_ab`) kernel for M <= 16 rows: 8 or 16."""
+    return 8 if M <= 8 else 16
+
+
 def default_schedule(M: int, N: int, K: int, group_size: int,
                      sms: int = SMS_H100) -> Schedule:
     """A good schedule without timing anything (see the module docstring)."""
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
-    # two-stage pipeline with them, 4 warps (128 columns) per block for wide layers.
-    bm, warps = row_tiles(M)[0], 4 if N >= 8192 else 2
+    # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
+    # block; prefill 4 warps (128 columns) per block for wide layers.
     bk = 64 if group_size % 128 == 0 else 32
     x_shared = group_size % (2 * bk) == 0
+    swap_ab = M <= 16 and x_shared
+    if swap_ab:
+        bm, warps = swap_rows(M), 2
+    else:
+        bm, warps = row_tiles(M)[0], 4 if N >= 8192 else 2
     blocks = -(-N // (32 * warps)) * -(-M // bm)
     split = 1
     while blocks * split < 4 * sms and split < 16 and \
-            Schedule(bm, bk, warps, split * 2, x_shared).fits(K, group_size):
+            Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
-    return Schedule(bm, bk, warps, split, x_shared)
+    return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)

@@ -115,6 +115,9 @@ def _tolerance(x, qw, ref) -> float:
     ("f6e3m2", False, Schedule(bm=32, x_shared=False), 33, 32),
     ("int5", False, Schedule(split_k=2, prefetch=2), 5, 40),
     ("f8e4m3", False, Schedule(split_k=4), 2, 96),
+    ("int4", False, Schedule(bm=8, swap_ab=True, prefetch=4), 3, 64),
+    ("uint2", True, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=2, prefetch=3), 9, 72),
+    ("f6e3m2", False, Schedule(bm=16, swap_ab=True, prefetch=2), 17, 40),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -125,10 +128,11 @@ def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
 
 # ---- compiled for the GPU (CPU) ---------------------------------------------------------------
 
+@pytest.mark.parametrize("M", [1, 16, 4096])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("wdtype", BENCH_TYPES)
-def test_every_weight_type_compiles_without_spills(wdtype, arch):
-    s = default_schedule(1, 12288, 4096, 128)
+def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
+    s = default_schedule(M, 12288, 4096, 128)
     kernel = qmm_kernel("f16", s.split_k > 1)
     program = kernel.specialize(wdtype=dtypes.parse(wdtype), group_size=128, **s.constants())
     ptx = compile_program(program, arch).ptx
@@ -148,7 +152,10 @@ def test_schedules_fit_the_problem(M, N, K, g):
     found = candidates(M, N, K, g)
     assert found and all(s.fits(K, g) for s in found)
     assert default_schedule(M, N, K, g).fits(K, g)
-    assert all(s.bm >= 16 and s.bm % 16 == 0 for s in found)
+    # x as the mma A operand pads M to 16-row tiles; swapped (x^T as B) to 8 rows
+    assert all(s.bm % 16 == 0 for s in found if not s.swap_ab)
+    assert all(s.bm in (8, 16) and M <= 16 for s in found if s.swap_ab)
+    assert len(found) <= 20  # the first call compiles and times each (<= 20 s in all)
 
 
 def test_default_schedule_fills_the_gpu_with_split_k():
@@ -177,7 +184,7 @@ def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypa
 def test_schedule_module_names_its_space():
     assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
                                                "split_k": 1, "x_shared": True,
-                                               "prefetch": 1}
+                                               "prefetch": 1, "swap_ab": False}
 
 
 # ---- on the GPU ------------------------------------------------------------------------------
@@ -214,7 +221,9 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
-                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=2)])
+                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=2),
+                               Schedule(bm=8, swap_ab=True, split_k=4, prefetch=3),
+                               Schedule(bm=16, bk=64, num_warps=4, swap_ab=True, prefetch=4)])
 def test_gpu_schedules_and_zero_points(s):
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)

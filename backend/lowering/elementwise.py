@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
 from tilevm.backend.arith import convert_packed, convert_value, tile_op
-from tilevm.backend.lowering.bitcast import pack_words, to_bits
 from tilevm.backend.passes.lower_bit_packing import is_packed
 from tilevm.ir.types import Tensor
 
@@ -41,14 +40,15 @@ def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     if inst.lowering.name == "free":  # the same type and layout: the same words
         cg.define_words(out, cg.register_words(src))
         return
-    # The codes as packed words, in `out`'s local order (a broadcast operand is repacked).
-    if src.type.shape == out.type.shape and src.layout == out.layout:
-        words = cg.register_words(src)
-    else:
-        words = pack_words(cg.b, [to_bits(cg.b, v, src.dtype)
-                                  for v in cg.operand_values(src, out)], src.dtype.bits)
-    count = cg.layout_of(out).local_size
-    cg.define(out, convert_packed(cg.b, words, count, src.dtype, out.dtype))
+    # Convert the source's codes in its own order, straight out of its words (two per
+    # float op), then give each of `out`'s elements its value: the same list when the
+    # layouts agree, else the thread's own elements reordered or broadcast
+    # (`broadcast_map`; a permutation inside the thread costs nothing).
+    values = convert_packed(cg.b, cg.register_words(src), cg.layout_of(src).local_size,
+                            src.dtype, out.dtype)
+    if src.type.shape != out.type.shape or src.layout != out.layout:
+        values = [values[i] for i in cg.broadcast_map(src, out)]
+    cg.define(out, values)
 
 def lower_elementwise(cg: KernelCodegen, inst: ins.Elementwise) -> None:
     dtype = next(a.dtype for a in inst.args if isinstance(a, Tensor))
