@@ -33,7 +33,7 @@ from tilevm.kernels.qmm import qmm_kernel, splitk_sum_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight, padded_n
 
-M_BUCKETS = (16, 64, 256, 1024, 4096)  # M <= 16 is one bucket: one row tile serves it
+M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _lock = threading.Lock()
 _memory: dict[str, Schedule] = {}  # tuned schedules of this process
 

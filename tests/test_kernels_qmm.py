@@ -165,8 +165,8 @@ def test_default_schedule_fills_the_gpu_with_split_k():
 
 
 def test_m_buckets():
-    assert [matmul.m_bucket(m) for m in (1, 2, 16, 17, 4096, 5000)] == \
-        [16, 16, 16, 64, 4096, 8192]
+    assert [matmul.m_bucket(m) for m in (1, 2, 8, 9, 16, 17, 4096, 5000)] == \
+        [8, 8, 8, 16, 16, 64, 4096, 8192]
 
 
 def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypatch):
