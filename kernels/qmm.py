@@ -21,7 +21,10 @@ The kernel (one program for every M; the schedule picks the tile sizes):
   past M are zero-filled without being read), and `ldmatrix` into the A fragments
   (`x_shared=False` loads them from global memory straight into the A fragments
   instead);
-- finally `cast` to the output type and a masked store (ragged M and N).
+- finally `cast` to the output type and a masked store (ragged M and N);
+- `swap_ab` (decode): `y^T = W^T x^T`, the weights as the mma A operand and x^T (x
+  from shared memory, relabeled by a `view`) as B, so x pads to 8 rows instead of 16;
+  the same weight format, its codes reordered inside the thread by the `cast`.
 
 Requirements the format and the runtime enforce (`tv.assume`, checked before launch):
 K is a multiple of `group_size * split_k` and of 32; N is any width (the format pads it
@@ -127,8 +130,8 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         acc = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
         # Software pipelining: `prefetch` k-tiles of weights (registers: `ahead` ...
         # `ahead4`, next first) and the next k-tile of activations (shared memory, two
-        # stages) are in flight while a k-tile is computed: decode is bound by how many
-        # bytes are in flight, so the fewer bits per k-tile, the more k-tiles ahead.
+        # stages) are in flight while a k-tile is computed (deeper than 1 gained at most
+        # a few percent at M = 1 on an H200: a schedule choice, not searched by default).
         ahead = _weights(gw, k_begin, atom_n0, tile, byte_layout)
         ahead2 = _weights(gw, k_begin + bk, atom_n0, tile, byte_layout) \
             if prefetch >= 2 else None
