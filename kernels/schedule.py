@@ -1,7 +1,7 @@
 """The schedule space of the quantized matmul (`kernels.qmm`) and the default choice.
 
-A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (16 serves
-every decode batch M <= 16 with one mma row tile), `bk` rows of K per step (a multiple
+A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (one mma
+row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step (a multiple
 of 32 dividing the group size), `num_warps` warps of 32 columns each, `split_k` blocks
 along K (their f32 partial sums are added by `splitk_sum_kernel`), whether the
 activations go through shared memory (`x_shared`, two stages), how many k-tiles of
@@ -66,7 +66,7 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     and an H200 (bench/results): 64-row k-tiles win whenever the group allows the
     two-stage pipeline with them, and a deeper weight prefetch gains at most a few
     percent at M = 1, so neither is searched (the kernel takes them, for experiments)."""
-    bk = 64 if group_size % 128 == 0 else 32
+    bk = k_tile(group_size)
     found = []
     for swap_ab in (False, True) if M <= 16 else (False,):
         for bm in (swap_rows(M),) if swap_ab else row_tiles(M):
@@ -82,6 +82,12 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     return found
 
 
+def k_tile(group_size: int) -> int:
+    """`bk`: 64 rows when the group allows the two-stage pipeline with them (measured
+    best on an H100 and an H200), else 32."""
+    return 64 if group_size % 128 == 0 else 32
+
+
 def swap_rows(M: int) -> int:
     """`bm` of the swapped (`swap_ab`) kernel for M <= 16 rows: 8 or 16."""
     return 8 if M <= 8 else 16
@@ -93,7 +99,7 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
     # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
     # block; prefill 4 warps (128 columns) per block for wide layers.
-    bk = 64 if group_size % 128 == 0 else 32
+    bk = k_tile(group_size)
     x_shared = group_size % (2 * bk) == 0
     swap_ab = M <= 16 and x_shared
     if swap_ab:
