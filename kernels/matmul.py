@@ -26,10 +26,12 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tilevm.kernels.qmm import qmm_kernel, splitk_sum_kernel
+from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight, padded_n
 
@@ -103,7 +105,8 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     loaded = _kernels.get(key)
     if loaded is None:
         act, wdtype, group_size, has_zeros, _ = key
-        loaded = _kernels[key] = _load(qmm_kernel(act, s.split_k > 1), wdtype=wdtype,
+        kernel = qmm_staged_kernel(act) if s.staged else qmm_kernel(act, s.split_k > 1)
+        loaded = _kernels[key] = _load(kernel, wdtype=wdtype,
                                        group_size=group_size, has_zeros=has_zeros,
                                        **s.constants())
     return loaded
@@ -161,13 +164,13 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
         try:
             _memory[key] = Schedule(**table[key]["schedule"])
             return _memory[key]
-        except (TypeError, KeyError):
+        except (TypeError, KeyError, ValueError):
             pass  # an entry of another version: tune again
     schedule, report = tune(x, qw)
     _memory[key] = schedule
     with _lock:
         table = _read_table()
-        table[key] = {"schedule": schedule.constants(), **report}
+        table[key] = {"schedule": asdict(schedule), **report}
         _write_table(table)
     return schedule
 

@@ -1,17 +1,24 @@
-"""The schedule space of the quantized matmul (`kernels.qmm`) and the default choice.
+"""The schedule space of the quantized matmul (`kernels.qmm`, `kernels.qmm_staged`) and
+the default choice.
 
 A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (one mma
 row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step (a multiple
-of 32 dividing the group size), `num_warps` warps of 32 columns each, `split_k` blocks
-along K (their f32 partial sums are added by `splitk_sum_kernel`), whether the
-activations go through shared memory (`x_shared`, two stages), how many k-tiles of
-weights are in flight (`prefetch`), and `swap_ab`: compute `y^T = W^T x^T` with the
-weights as the mma A operand, so that x pads to 8 rows instead of 16 (`bm` a multiple
-of 8): for M <= 8 half the tensor-core work and accumulator registers.
+of 32 dividing the group size), `num_warps` warps, `split_k` blocks along K (their f32
+partial sums are added by `splitk_sum_kernel`), whether the activations go through
+shared memory (`x_shared`, two stages), how many k-tiles of weights are in flight
+(`prefetch`), and `swap_ab`: compute `y^T = W^T x^T` with the weights as the mma A
+operand, so that x pads to 8 rows instead of 16 (`bm` a multiple of 8): for M <= 8 half
+the tensor-core work and accumulator registers. Those are the streaming kernel's
+(`kernels.qmm`: each warp 32 columns and all `bm` rows, weights straight into
+registers: decode). `staged` selects the kernel for many rows (`kernels.qmm_staged`:
+`warps_m x num_warps / warps_m` warps of `bm / warps_m` rows and 32 columns, every
+operand through `stages` shared-memory buffers: prefill); it ignores `split_k`,
+`x_shared`, `prefetch` and `swap_ab`.
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
-when `N / 32` warps are too few), the smallest tile rows that cover M.
+when `N / 32` warps are too few), the smallest tile rows that cover M; the staged kernel
+from `STAGED_FROM` rows on.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
+STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
 @dataclass(frozen=True)
@@ -30,15 +38,35 @@ class Schedule:
     x_shared: bool = True
     prefetch: int = 1
     swap_ab: bool = False
+    staged: bool = False
+    warps_m: int = 1
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.staged and (self.split_k, self.x_shared, self.prefetch, self.swap_ab) != \
+                (1, True, 1, False):
+            raise ValueError(f"a staged schedule takes bm, bk, num_warps, warps_m and "
+                             f"stages only, got {self!r}")
+        if not self.staged and (self.warps_m, self.stages) != (1, 2):
+            raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
 
     def constants(self) -> dict[str, int | bool]:
-        """The kernel's compile-time constants for this schedule."""
-        return asdict(self)
+        """The compile-time constants of the kernel this schedule selects."""
+        if self.staged:
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        warps_m=self.warps_m, stages=self.stages)
+        table = asdict(self)
+        for name in ("staged", "warps_m", "stages"):
+            del table[name]
+        return table
 
     def fits(self, K: int, group_size: int) -> bool:
         """Whether the kernel's requirements hold for this K and group size."""
-        if self.bk % 32 or group_size % self.bk or K % 32:
+        if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
+        if self.staged:
+            return self.num_warps % self.warps_m == 0 and \
+                self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
         if K % (group_size * self.split_k):
             return False
         if self.bm % (8 if self.swap_ab else 16) or (self.swap_ab and not self.x_shared):
@@ -46,10 +74,25 @@ class Schedule:
         return not self.x_shared or group_size % (2 * self.bk) == 0
 
     def __str__(self) -> str:
+        if self.staged:
+            return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
+                    f"warps_m={self.warps_m} stages={self.stages}")
         return (f"bm={self.bm} bk={self.bk} warps={self.num_warps} split_k={self.split_k}"
                 f"{'' if self.x_shared else ' x_global'}"
                 f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
                 f"{' swap_ab' if self.swap_ab else ''}")
+
+
+# The staged kernel's tilings worth timing (bm, bk, num_warps, warps_m, stages), from an
+# H100 sweep at M = 4096 (int4, int3, f6e3m2, int8; each was the best or within 5% of it
+# for one type). The defaults come first, 64-row then 32-row k-tiles: they compile
+# without spills for every weight type (the others reach 255 registers for odd widths).
+STAGED_TILES = ((128, 64, 8, 2, 2), (128, 32, 8, 2, 3), (64, 32, 4, 1, 4),
+                (128, 32, 4, 2, 4), (64, 32, 8, 1, 4), (128, 64, 8, 2, 3))
+
+
+def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Schedule:
+    return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -68,6 +111,10 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     percent at M = 1, so neither is searched (the kernel takes them, for experiments)."""
     bk = k_tile(group_size)
     found = []
+    if M > 64:
+        found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
+    if M > 256:
+        return found  # the streaming kernel was slower at every type (bench/results)
     for swap_ab in (False, True) if M <= 16 else (False,):
         for bm in (swap_rows(M),) if swap_ab else row_tiles(M):
             for warps in (2, 4):
@@ -99,6 +146,10 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
     # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
     # block; prefill 4 warps (128 columns) per block for wide layers.
+    if M >= STAGED_FROM:
+        for tile in (staged(*t) for t in STAGED_TILES[:2]):
+            if tile.fits(K, group_size):
+                return tile
     bk = k_tile(group_size)
     x_shared = group_size % (2 * bk) == 0
     swap_ab = M <= 16 and x_shared

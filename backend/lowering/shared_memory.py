@@ -273,6 +273,7 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
         raise cg.fail("copy_async has no chosen instruction (run the select_instructions "
                       "pass)")
     n = form["elements"] if form.name == "cp_async" else 0
+    whole = form.name == "cp_async" and form["whole"]
     per = n or 1  # elements per item: a chunk, or one element for the plain fallback
     grid = shape[:-1] + (shape[-1] // per,)
     b = cg.b
@@ -289,18 +290,20 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
         dst = _swizzled_ptr(cg, layout, byte)
         # source: global coordinates, rows in bounds, elements left in the last dimension
         inside, gindex = ir.Constant(ir.IntType(1), 1), view.offset
+        left = ir.Constant(I64, per)
         for d, (c, o) in enumerate(zip(coords, gofs)):
             g = b.add(o, b.zext(c, I64))
             low = b.icmp_signed(">=", g, ir.Constant(I64, 0))
             if d < len(coords) - 1:
                 inside = b.and_(inside, b.and_(low, b.icmp_signed("<", g, view.shape[d])))
             else:
-                inside = b.and_(inside, low)
-                left = b.sub(view.shape[d], g)
+                rest = b.sub(view.shape[d], g)
+                if not whole:  # (whole: the edge never cuts a chunk)
+                    left = b.select(b.icmp_signed("<", rest, ir.Constant(I64, per)), rest,
+                                    ir.Constant(I64, per))
+                inside = b.and_(inside, b.and_(low, b.icmp_signed(">", rest,
+                                                                  ir.Constant(I64, 0))))
             gindex = b.add(gindex, b.mul(g, view.strides[d]))
-        left = b.select(b.icmp_signed("<", left, ir.Constant(I64, per)), left,
-                        ir.Constant(I64, per))
-        inside = b.and_(inside, b.icmp_signed(">", left, ir.Constant(I64, 0)))
         gindex = b.select(inside, gindex, view.offset)  # no access when outside
         src = b.gep(view.base, [gindex], source_etype=ty)
         if n:

@@ -12,7 +12,10 @@ recorded form:
   Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
 - `copy_async` in 16-byte chunks: `lowering=cp_async(cache='cg', elements=W, bytes=16)`
   (`cp.async.cg.shared.global`, bypassing L1); 8- and 4-byte chunks:
-  `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); no provable chunk:
+  `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); `whole=True` when the
+  last dimension's extent and the tile's offset along it are provably multiples of the
+  chunk (so a chunk is never cut by the edge: one compare instead of the count of
+  elements left); no provable chunk:
   `lowering=load_store` (each thread copies elements with plain loads and stores, at
   once; the later `copy_async_wait` has nothing to wait for).
 - `dot` on tensor cores: `lowering=mma_sync(shape='m16n8k16', acc='f32')` for f16/bf16
@@ -54,10 +57,14 @@ def select_instructions(program: Program) -> Program:
                 raise VMError("copy_async has no chunk size (run the vectorize_memory pass "
                               "first)", format_instruction(inst), inst.loc)
             if inst.lowering.name == "chunk":
-                size = inst.lowering["bytes"]
+                size, per = inst.lowering["bytes"], inst.lowering["elements"]
+                # A chunk lies wholly inside or wholly outside the last dimension when
+                # its extent and the tile's offset along it are multiples of the chunk.
+                whole = all(point.divisor(e) % per == 0
+                            for e in (inst.src.type.shape[-1], inst.offsets[-1]))
                 return replace(inst, lowering=ins.lowering(
                     "cp_async", cache="cg" if size == 16 else "ca",
-                    elements=inst.lowering["elements"], bytes=size))
+                    elements=per, bytes=size, whole=whole))
             return replace(inst, lowering=ins.lowering("load_store"))
         elif isinstance(inst, ins.Dot):
             entry = MMA_INSTRUCTIONS.get(inst.a.dtype)
