@@ -60,13 +60,16 @@ def test_every_machine_decision_of_the_quantized_matmul_is_in_the_ir(wdtype):
     assert out["acc.1"].lowering == ins.lowering("mma_sync", shape="m16n8k16", acc="f32")
     copies = [i for i in instructions(program.body) if isinstance(i, ins.CopyAsync)]
     x_copy = next(i for i in copies if i.src.name == "gx")
-    assert x_copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16)
+    # whole: K % group_size == 0 and k0 % 32 == 0, so no chunk straddles the edge K
+    assert x_copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16,
+                                           whole=True)
     # N % 8 == 0 (the example's assume) makes a row of weights N*b/8 bytes, a multiple of
     # 4 bytes for b = 4 (cp.async of 4-byte chunks) but only of 3 for b = 3: no chunk of
     # 4+ bytes is provably aligned, so threads copy bytes (the dump shows which).
     w_copy = next(i for i in copies if i.src.name == "gw")
     if wdtype == "int4":
-        assert w_copy.lowering == ins.lowering("cp_async", cache="ca", elements=4, bytes=4)
+        assert w_copy.lowering == ins.lowering("cp_async", cache="ca", elements=4, bytes=4,
+                                               whole=True)
     elif wdtype == "int3":
         assert w_copy.lowering == ins.lowering("load_store")
 
@@ -170,6 +173,33 @@ def test_vector_width_needs_a_proof_of_alignment(aligned, width):
              if i.opname in ("load_global", "store_global")}
     assert forms["load_global"] == ins.lowering("vector", elements=width, bytes=2 * width)
     assert forms["store_global"] == forms["load_global"]
+
+
+@tv.kernel(num_warps=1)
+def stage_rows(x: tv.ptr(tv.f16), y: tv.ptr(tv.f16), N: tv.int32, row: tv.int32, *,
+               multiple: int = 1):
+    tv.assume(row % 8 == 0)  # rows 16-byte aligned: 16-byte chunks whatever N is
+    tv.assume(N % multiple == 0)
+    gx = tv.global_view(x, [32, N], strides=[row, 1])
+    gy = tv.global_view(y, [32, N])
+    s = tv.alloc_shared(tv.f16, [32, 64])
+    for n0 in tv.range(0, N, 64):
+        tv.copy_async(s, gx, [0, n0])
+        tv.copy_async_commit()
+        tv.copy_async_wait(0)
+        tv.store_global(gy, tv.load_shared(s, [0, 0], [32, 64]), [0, n0])
+
+
+@pytest.mark.parametrize("multiple, whole", [(1, False), (4, False), (8, True), (64, True)])
+def test_a_chunk_the_edge_cannot_cut_is_whole(multiple, whole):
+    """16-byte chunks (8 f16) at offsets that are multiples of 64: the edge N cuts none of
+    them exactly when 8 divides N; otherwise the lowering counts the elements left."""
+    program = run_passes(stage_rows.specialize(multiple=multiple))
+    copy = next(i for i in instructions(program.body) if isinstance(i, ins.CopyAsync))
+    assert copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16,
+                                         whole=whole)
+    ptx = compile_program(program, "sm_80").ptx
+    assert ("min.s64" in ptx) != whole  # the count of elements left, only when cut
 
 
 def test_a_dot_on_unsupported_inputs_fails_at_its_line():
