@@ -4,7 +4,8 @@ Weights are b-bit codes (any 1..8-bit int, uint or float type) with one scale pe
 group of `group_size` rows of K and column (and, for unsigned types, optionally a zero
 point: `W = (code - zero) * scale`); activations and output are f16 or bf16.
 
-The kernel (one program for every M; the schedule picks the tile sizes):
+The streaming kernel (decode and small batches; `kernels.qmm_staged` is the one for
+many rows; the schedule picks the kernel and its tile sizes):
 
 - each warp owns 32 columns of y and streams its weights straight from global memory
   into registers, 16 bytes per lane for int4 (`4 * b` bytes: 32 codes), already in the

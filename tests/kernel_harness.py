@@ -10,6 +10,12 @@ from typing import Any
 
 import numpy as np
 
+# The spill tests' slack: ptxas (13.0) sometimes keeps a kernel at an occupancy step (96,
+# 128 registers) by spilling a few bytes rather than using a few more registers (the
+# 2-bit decode kernel on sm_80, one example tiling on sm_90); a register blowup spills
+# hundreds. So "compiles without spills" allows this much.
+SPILL_SLACK = 32  # bytes
+
 
 def load_module(path: Path) -> ModuleType:
     """Import a Python file (kernels must live in files: the frontend reads their source)."""
