@@ -92,6 +92,7 @@ STAGED_TILES = ((128, 64, 8, 2, 2), (128, 32, 8, 2, 3), (64, 32, 4, 1, 4),
 
 
 def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Schedule:
+    """The staged kernel's schedule with this tiling (the order of `STAGED_TILES`)."""
     return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
