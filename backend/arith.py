@@ -92,19 +92,26 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     if not pairs_convert(src, dst):
         return [convert_value(b, from_bits(b, code(l), src), src, dst) for l in range(count)]
     per_word = 32 // bits
-    pairs: list[tuple[int, int, ir.Value]] = []  # (first, second, lanes word)
+    pairs: list[tuple[int, int, ir.Value, int]] = []  # (first, second, lanes, offset)
     if 16 % bits == 0 and count % per_word == 0:
+        # Pair j sits at bit j*b of both lanes; one shift right by r serves every pair
+        # up to `max_pair_offset` bits above r (the rule reads a code at an offset).
         half = per_word // 2
+        reach = conversions.max_pair_offset(src, dst)
         for w in range(count // per_word):
-            pairs += [(w * per_word + j, w * per_word + j + half,
-                       conversions.emit_extract_pair(b, words[w], bits, j, j + half))
-                      for j in range(half)]
+            shift = None
+            for j in range(half):
+                if shift is None or j * bits - shift > reach:
+                    shift = j * bits
+                    lanes = b.lshr(words[w], ir.Constant(I32, shift)) if shift else words[w]
+                pairs.append((w * per_word + j, w * per_word + j + half, lanes,
+                              j * bits - shift))
     else:
-        pairs += [(l, l + 1, b.or_(code(l), b.shl(code(l + 1), ir.Constant(I32, 16))))
+        pairs += [(l, l + 1, b.or_(code(l), b.shl(code(l + 1), ir.Constant(I32, 16))), 0)
                   for l in range(0, count - 1, 2)]
     out: list[ir.Value | None] = [None] * count
-    for first, second, lanes in pairs:
-        pair = conversions.emit_convert_pair(b, lanes, src, dst)
+    for first, second, lanes, offset in pairs:
+        pair = conversions.emit_convert_pair(b, lanes, src, dst, offset=offset)
         out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
                                    for j in (0, 1))
     if count % 2 and out[-1] is None:
@@ -193,6 +200,12 @@ _TILE_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "min": "min", "m
 # result is the correctly rounded one, which `add/sub/mul.rn.f16(x2)` compute directly.
 _NATIVE_HALF_OPS = frozenset({"add", "sub", "mul", "min", "max", "neg", "abs",
                               "lt", "le", "eq", "ne", "gt", "ge"})
+
+
+def pairs_half_op(op: str, dtype: DataType) -> bool:
+    """Whether `tile_op` computes `op` on two f16/bf16 values as one `<2 x ...>`
+    operation (PTX `add/sub/mul.rn.f16x2`, `bf16x2`): the native arithmetic."""
+    return dtype.name in ("f16", "bf16") and op in ("add", "sub", "mul")
 
 
 def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> ir.Value:

@@ -98,6 +98,7 @@ __all__ = [
     "BFLOAT", "BFloatType", "ConversionRule", "UnsupportedConversion", "TARGETS",
     "conversion_rule", "emit_convert", "emit_convert_pair", "emit_extract_code",
     "emit_extract_field", "emit_extract_pair", "float_ir_type", "is_exact",
+    "max_pair_offset",
 ]
 
 
@@ -327,12 +328,20 @@ class _Lanes:
 
 
 def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
-               lanes: _Lanes, scalar_type: ir.Type) -> ir.Value:
-    """The rule on `code` (of `lanes.int_type`) -> float (scalar or `<2 x ...>`)."""
+               lanes: _Lanes, scalar_type: ir.Type, offset: int = 0) -> ir.Value:
+    """The rule on `code` (of `lanes.int_type`; the code at bit `offset` of each lane)
+    -> float (scalar or `<2 x ...>`)."""
     out_type = lanes.float_type(scalar_type)
+    s = offset
     if rule.src.is_integer:
-        u = builder.xor(code, lanes.const(rule.flip)) if rule.flip else code
-        x = builder.or_(builder.and_(u, lanes.const(rule.low_mask)), lanes.const(rule.magic_bits))
+        u = builder.xor(code, lanes.const(rule.flip << s)) if rule.flip else code
+        x = builder.or_(builder.and_(u, lanes.const(rule.low_mask << s)),
+                        lanes.const(rule.magic_bits))
+        if s:  # x = magic + u * 2^s (s <= T - b keeps it in the mantissa): one fma
+            magic = float(1 << rule.dst.mantissa_bits)
+            return _fma(builder, builder.bitcast(x, out_type),
+                        lanes.float_const(2.0 ** -s, scalar_type),
+                        lanes.float_const(-(magic * 2.0 ** -s + rule.flip), scalar_type))
         if rule.y_step:  # b = T + 1: the top bit of u lowers the subtrahend by 2^T
             t_m = rule.dst.mantissa_bits
             h = builder.and_(builder.lshr(u, lanes.amount(t_m)), lanes.const(1))
@@ -343,20 +352,33 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
             y = lanes.float_const(rule.y_value, scalar_type)
         return builder.fsub(builder.bitcast(x, out_type), y)
 
-    sign = builder.and_(_shl(builder, code, rule.sign_shift, lanes), lanes.const(rule.sign_mask))
-    field = builder.and_(_shl(builder, code, rule.field_shift, lanes),
+    sign = builder.and_(_shift(builder, code, rule.sign_shift - s, lanes),
+                        lanes.const(rule.sign_mask))
+    field = builder.and_(_shift(builder, code, rule.field_shift - s, lanes),
                          lanes.const(rule.field_mask))
     x = builder.or_(sign, field)
     if rule.special_mask:
-        x = lanes.fill_where_all_ones(builder, code, x, rule.special_mask, rule.special_fill)
+        x = lanes.fill_where_all_ones(builder, code, x, rule.special_mask << s,
+                                      rule.special_fill)
     value = builder.bitcast(x, out_type)
     if rule.scale_exponent:
         value = builder.fmul(value, lanes.float_const(2.0 ** rule.scale_exponent, scalar_type))
     return value
 
 
-def _shl(builder: ir.IRBuilder, value: ir.Value, amount: int, lanes: _Lanes) -> ir.Value:
-    return builder.shl(value, lanes.amount(amount)) if amount else value
+def _shift(builder: ir.IRBuilder, value: ir.Value, amount: int, lanes: _Lanes) -> ir.Value:
+    """`value << amount` (a negative amount: a logical shift right)."""
+    if amount > 0:
+        return builder.shl(value, lanes.amount(amount))
+    return builder.lshr(value, lanes.amount(-amount)) if amount else value
+
+
+def _fma(builder: ir.IRBuilder, x: ir.Value, a: ir.Value, c: ir.Value) -> ir.Value:
+    """`x * a + c` for an exact product and sum: a `contract` multiply and add, which
+    NVPTX fuses into one `fma.rn.f16x2` / `bf16x2` (one rounding or two, the result is
+    the same: both steps are exact; a host compiler may keep them apart, with no call
+    to a runtime's half-precision fma)."""
+    return builder.fadd(builder.fmul(x, a, flags=("contract",)), c, flags=("contract",))
 
 
 def _resize(builder: ir.IRBuilder, value: ir.Value, int_type: ir.IntType) -> ir.Value:
@@ -383,20 +405,46 @@ def emit_convert(builder: ir.IRBuilder, code: ir.Value, src: DataType | str,
     return builder.fptrunc(value, float_ir_type(rule.dst)) if rule.via_f32 else value
 
 
-def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType | str,
-                      dst: DataType | str, *, allow_rounding: bool = False) -> ir.Value:
-    """Convert the two codes of an i32 (bits [0, b) and [16, 16+b)) to `<2 x dst>`.
+def max_pair_offset(src: DataType | str, dst: DataType | str) -> int:
+    """The largest bit offset of the codes in their 16-bit lanes `emit_convert_pair`
+    takes for (src, dst): a float code's fields are moved by shifts of any amount (the
+    code must fit the lane: 16 - b); an integer code at offset s makes `magic + u * 2^s`,
+    which must stay inside the target's T-bit mantissa (T - b; none when the code has
+    a bit more than the mantissa, 8-bit codes into bf16). 0 for f32 and inexact pairs."""
+    rule = conversion_rule(src, dst)
+    b = rule.src.bits
+    if rule.dst.bits != 16:
+        return 0
+    if rule.src.is_integer:
+        return 0 if rule.y_step else rule.dst.mantissa_bits - b
+    return 16 - b
 
-    f16/bf16: 32-bit integer ops on both lanes and one `<2 x half|bfloat>` float op.
+
+def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType | str,
+                      dst: DataType | str, *, offset: int = 0,
+                      allow_rounding: bool = False) -> ir.Value:
+    """Convert the two codes of an i32 (bits [offset, offset+b) and [16+offset,
+    16+offset+b); other bits ignored) to `<2 x dst>`.
+
+    f16/bf16: 32-bit integer ops on both lanes and one `<2 x half|bfloat>` float op. A
+    code at an offset (`max_pair_offset`) needs no shift of its own: the float rule
+    shifts its fields by other amounts; the integer rule reads `magic + u * 2^offset`
+    and its float op is an fma by `2^-offset` instead of a subtraction. So one shift of
+    a packed word serves the codes of several pairs (`arith.convert_packed`).
     f32 (or an inexact pair with `allow_rounding`, made in f32 then `fptrunc`): the
     lanes are split into `<2 x i32>` and the float op works on `<2 x float>`.
     """
     rule = conversion_rule(src, dst, allow_rounding=allow_rounding)
     if not (isinstance(lanes_word.type, ir.IntType) and lanes_word.type.width == 32):
         raise TypeError(f"a pair of codes is an i32, got {lanes_word.type}")
+    if offset and not (0 <= offset <= max_pair_offset(src, dst) and rule.exact):
+        raise ValueError(f"{rule.src} -> {rule.dst} pairs take codes at offsets "
+                         f"0..{max_pair_offset(src, dst) if rule.exact else 0}, "
+                         f"got {offset}")
     inner = parse("f32") if rule.via_f32 else rule.dst
     if inner.bits == 16:
-        return _emit_rule(builder, lanes_word, rule, _Lanes("swar", 16), float_ir_type(inner))
+        return _emit_rule(builder, lanes_word, rule, _Lanes("swar", 16), float_ir_type(inner),
+                          offset)
     lanes = _Lanes("vector", 32)
     halves = builder.bitcast(lanes_word, ir.VectorType(ir.IntType(16), 2))
     value = _emit_rule(builder, builder.zext(halves, lanes.int_type), rule, lanes,

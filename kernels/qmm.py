@@ -43,7 +43,7 @@ import numpy as np
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.layouts import local, replicated, spatial
+from tilevm.layouts import RegisterLayout, local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
@@ -51,6 +51,36 @@ from tilevm.vm.frontend import Kernel
 ATOM = 32  # the format's block of codes: ATOM x ATOM, one warp's 32 columns
 # One warp's registers over an atom: 2 x 4 mma B fragments (16 x 8 each), row-major.
 ATOM_LAYOUT = local(2, 4) * mma_m16n8k16_b()
+
+
+def storage_order(bits: int) -> np.ndarray:
+    """`order[s]`: which code of a lane's run (in `ATOM_LAYOUT`'s register order) the
+    format stores at position `s` (the `s`-th b-bit field of the lane's `4 * b` bytes).
+
+    A `cast` to f16/bf16 converts two codes with one f16x2 operation; for b in {1, 2,
+    4, 8} it takes codes `j` and `j + 16/b` of each 32-bit word (16 bits apart: one
+    shift and one AND put both in their halves; `backend.arith.convert_packed`). The
+    two values of an mma register are register-order codes `2i` and `2i + 1`, so the
+    format stores those two half a word apart: then each converted pair is one mma
+    register, with no re-packing (`prmt`) of converted halves. Other widths convert
+    consecutive codes, which are already the register pairs: the identity."""
+    order = np.arange(ATOM)
+    if 16 % bits:
+        return order
+    per_word = 32 // bits
+    half = per_word // 2
+    p = np.arange(per_word)
+    in_word = np.where(p < half, 2 * p, 2 * (p - half) + 1)  # position -> register code
+    return (order // per_word) * per_word + in_word[order % per_word]
+
+
+@cache
+def atom_code_layout(bits: int) -> RegisterLayout:
+    """The layout of a lane's b-bit codes as the format stores them (`storage_order`):
+    `ATOM_LAYOUT` with its locals in storage order (the same elements in the same
+    threads; `cast` to `ATOM_LAYOUT` only renames registers)."""
+    return RegisterLayout.from_table(ATOM_LAYOUT.table()[:, storage_order(bits)],
+                                     ATOM_LAYOUT.shape)
 
 
 @cache
@@ -107,7 +137,7 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         # its 32 codes of atom (k, j): the B fragments of `dot`, in its register order.
         byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
             .local(1, 1, 1, 4 * b)
-        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * ATOM_LAYOUT
+        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * atom_code_layout(b)
         tile = [bk // ATOM, num_warps, 32, 4 * b]
         if swap_ab:
             # y^T = W^T @ x^T: the weights are the mma A operand (16 columns of W per
@@ -176,7 +206,9 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                         wt = tv.cast(tv.view(packed, wdtype, [bn, bk],
                                              code_layout.permute((1, 0))), act, a_layout)
                     else:
-                        wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act)
+                        wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act,
+                                     local(bk // ATOM, 1) * spatial(1, num_warps)
+                                     * ATOM_LAYOUT)
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
@@ -252,15 +284,17 @@ splitk_sum_f16 = splitk_sum_kernel("f16")
 
 # ---- the weight format ---------------------------------------------------------------------
 
-def fragment_order(codes):
-    """`codes[K, N]` (K, N multiples of 32; numpy or torch) -> `[K/32, N/32, 32, 32]`:
-    for each 32 x 32 atom (row-major over the atoms), lane `t`'s 32 codes in its register
-    order (`ATOM_LAYOUT`). The "fragments" weight format packs each such run of 32 codes
+def fragment_order(codes, bits: int):
+    """`codes[K, N]` (K, N multiples of 32; numpy or torch) of `bits`-bit codes ->
+    `[K/32, N/32, 32, 32]`: for each 32 x 32 atom (row-major over the atoms), lane `t`'s
+    32 codes in the format's storage order (`atom_code_layout(bits)`: its register order,
+    `ATOM_LAYOUT`, with each mma register's two codes half a 32-bit word apart for b in
+    {1, 2, 4, 8}). The "fragments" weight format packs each such run of 32 codes
     (`kernels.weights`), so a lane's load brings exactly its B fragments."""
     K, N = (int(s) for s in codes.shape)
     if K % ATOM or N % ATOM:
         raise ValueError(f"the fragment order needs K and N multiples of {ATOM}, got {K}, {N}")
-    ks, ns = _lane_coordinates()
+    ks, ns = _lane_coordinates(bits)
     atoms = codes.reshape(K // ATOM, ATOM, N // ATOM, ATOM)
     atoms = atoms.permute(0, 2, 1, 3) if hasattr(atoms, "permute") else \
         atoms.transpose(0, 2, 1, 3)
@@ -271,10 +305,10 @@ def fragment_order(codes):
     return atoms[:, :, ks, ns]
 
 
-def fragment_order_inverse(ordered):
+def fragment_order_inverse(ordered, bits: int):
     """`fragment_order`'s inverse: `[K/32, N/32, 32, 32]` lane runs -> `codes[K, N]`."""
     K32, N32 = (int(s) for s in ordered.shape[:2])
-    ks, ns = _lane_coordinates()
+    ks, ns = _lane_coordinates(bits)
     flat = ks * ATOM + ns  # [lane, local] -> position in the atom
     order = np.argsort(flat.reshape(-1))
     runs = ordered.reshape(K32, N32, ATOM * ATOM)
@@ -290,7 +324,8 @@ def fragment_order_inverse(ordered):
 
 
 @cache
-def _lane_coordinates() -> tuple[np.ndarray, np.ndarray]:
-    """(k, n) inside an atom of each (lane, local) of `ATOM_LAYOUT`: two [32, 32] arrays."""
-    table = ATOM_LAYOUT.table()  # [lane, local, (k, n)]
+def _lane_coordinates(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(k, n) inside an atom of each (lane, stored code) of `atom_code_layout(bits)`: two
+    [32, 32] arrays."""
+    table = atom_code_layout(bits).table()  # [lane, local, (k, n)]
     return table[..., 0], table[..., 1]

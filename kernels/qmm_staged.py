@@ -33,7 +33,7 @@ from functools import cache
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT
+from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.vm import lang as tv
@@ -87,6 +87,7 @@ def qmm_staged_kernel(act: DataType | str = "f16") -> Kernel:
         acc_layout = warps * local(rows // 16, 4) * mma_m16n8k16_c()
         x_layout = warps.reduce(1) * local(rows // 16, bk // 16) * mma_m16n8k16_a()
         w_layout = warps.reduce(0) * local(bk // ATOM, 1) * ATOM_LAYOUT
+        stored_layout = warps.reduce(0) * local(bk // ATOM, 1) * atom_code_layout(b)
         byte_layout = replicated(warps_m, ndim=4) * local(bk // ATOM, 1, 1, 1) \
             .spatial(1, warps_n, 32, 1).local(1, 1, 1, 4 * b)
         code_tile = [bk // ATOM, warps_n, 32, 4 * b]
@@ -110,8 +111,8 @@ def qmm_staged_kernel(act: DataType | str = "f16") -> Kernel:
                 _fetch(buffers, (s + stages - 1) % stages, sources, corner,
                        k0 + (s + stages - 1) * bk)
                 codes = tv.view(tv.load_shared(ws[s], [0, 0, 0, 0], code_tile, byte_layout),
-                                wdtype, [bk, bn], w_layout)
-                wt = tv.cast(codes, act)
+                                wdtype, [bk, bn], stored_layout)
+                wt = tv.cast(codes, act, w_layout)
                 scale = tv.load_shared(ss[s], [0, 0], [1, bn], w_layout.reduce(0))
                 if has_zeros:
                     wt = wt - tv.load_shared(zs[s], [0, 0], [1, bn], w_layout.reduce(0))

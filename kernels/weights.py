@@ -50,8 +50,9 @@ matrix a kernel reads; `QuantizedWeight.format` records it and `pack_weights` /
 - `"fragments"`: what `tilevm.kernels.qmm` reads. The codes, N padded with zero codes to
   a multiple of 32 (`padded_n`), are cut into 32 x 32 atoms (row-major over the atoms);
   an atom's 1024 codes are stored as 32 runs of 32, run `t` being the codes lane `t` of
-  a warp holds as `mma.m16n8k16` B fragments (`kernels.qmm.fragment_order`), each run
-  packed like a row above (4*b bytes). `packed[K/32, Np*4b]` uint8 with `Np = padded_n(N)`
+  a warp holds as `mma.m16n8k16` B fragments (`kernels.qmm.fragment_order`; for b in
+  {1, 2, 4, 8} each 32-bit word holds its even register-order codes, then its odd
+  ones: `kernels.qmm.storage_order`), each run packed like a row above (4*b bytes). `packed[K/32, Np*4b]` uint8 with `Np = padded_n(N)`
   (K must be a multiple of 32); `scales` (and `zeros`) are `[K/g, Np]`, padded with
   ones (zeros). A warp's 16-byte loads then bring each lane exactly its fragments.
 
@@ -393,7 +394,7 @@ def pack_weights(codes: Array, dtype: DataType | str,
         if K % ATOM or N % ATOM:
             raise ValueError(f"the fragments format needs K and N multiples of {ATOM} "
                              f"(pad N with `padded_n`), got {K} x {N}")
-        runs = fragment_order(codes).reshape(-1, ATOM)  # one row per lane and atom
+        runs = fragment_order(codes, b).reshape(-1, ATOM)  # one row per lane and atom
         return pack_weights(runs, dtype).reshape(K // ATOM, N * b * 4)
     if _is_float_array(codes):
         raise TypeError(f"codes must be integers, got {codes.dtype}")
@@ -422,7 +423,7 @@ def unpack_weights(packed: Array, dtype: DataType | str,
         K32, row_bytes = (int(s) for s in packed.shape)
         N = row_bytes // (4 * b)
         runs = unpack_weights(packed.reshape(-1, 4 * b), dtype)  # [.., 32] codes
-        return fragment_order_inverse(runs.reshape(K32, N // ATOM, ATOM, ATOM))
+        return fragment_order_inverse(runs.reshape(K32, N // ATOM, ATOM, ATOM), b)
     if len(packed.shape) != 2:
         raise ValueError(f"packed weights must be a 2-D [K, N*b/8] array, "
                          f"got shape {tuple(packed.shape)}")

@@ -54,8 +54,9 @@ def make_cast(wdtype, dst, num_warps: int = 1):
 
 
 def _float_ops(text: str, ty: str) -> tuple[int, int]:
-    """(paired, scalar) float ops on `ty` (half or bfloat) in LLVM IR text."""
-    ops = r"(?:fadd|fsub|fmul|fneg|fptrunc|fpext|sitofp|uitofp)"
+    """(paired, scalar) float ops on `ty` (half or bfloat) in LLVM IR text. A `contract`
+    multiply is half of an fma (the `fadd contract` after it counts; PTX checks it)."""
+    ops = r"(?:fadd|fsub|fmul(?! contract)|fneg|fptrunc|fpext|sitofp|uitofp)"
     paired = len(re.findall(rf"= {ops} (?:\w+ )*<2 x {ty}>", text))
     scalar = len(re.findall(rf"= {ops} (?:\w+ )*{ty}\b", text))
     return paired, scalar

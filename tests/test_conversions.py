@@ -39,6 +39,13 @@ def _pairs(include_rounding: bool = True):
                 yield src, dst, exact
 
 
+def _offsets(src, dst) -> range:
+    """The lane offsets (> 0) of pairs of codes the paired rule takes for (src, dst)."""
+    if not cv.is_exact(src, dst) or dst.bits != 16:
+        return range(0)
+    return range(1, cv.max_pair_offset(src, dst) + 1)
+
+
 def _loop(module: ir.Module, name: str, in_type: ir.Type, out_type: ir.Type, body) -> None:
     """`void name(ptr in, ptr out, i32 n)`: out[i] = body(builder, in[i]) for i < n."""
 
@@ -63,6 +70,10 @@ def jit():
               lambda b, v, s=src, d=dst, o=opts: cv.emit_convert(b, v, s, d, **o))
         _loop(module, _name("pair", src, dst), I32, ir.VectorType(ft, 2),
               lambda b, v, s=src, d=dst, o=opts: cv.emit_convert_pair(b, v, s, d, **o))
+        for offset in _offsets(src, dst):
+            _loop(module, _name(f"pair{offset}", src, dst), I32, ir.VectorType(ft, 2),
+                  lambda b, v, s=src, d=dst, o=offset: cv.emit_convert_pair(
+                      b, v, s, d, offset=o))
         if src.bits <= 8 and exact:  # the scalar rule from an i8 code too
             _loop(module, _name("byte", src, dst), ir.IntType(8), ft,
                   lambda b, v, s=src, d=dst: cv.emit_convert(b, v, s, d))
@@ -191,6 +202,43 @@ def test_every_pair_of_codes_converts_exactly(jit, dst):
             | ((garbage << np.uint32(16 + src.bits)) & np.uint32(0xFFFF0000))
         got = jit(_name("pair", src, dst), words | lane_noise, _bits_type(dst), per_input=2)
         _check(got, values, dst, f"pair {src} -> {dst} with lane garbage")
+
+
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_every_pair_of_codes_at_a_lane_offset_converts_exactly(jit, dst):
+    """Codes at bit `offset` of both lanes, random bits below and above them."""
+    dst = dtypes.parse(dst)
+    rng = np.random.default_rng(11)
+    tested = 0
+    for src, d, _ in _pairs(include_rounding=False):
+        if d != dst:
+            continue
+        n = src.num_codes
+        first, second = (x.ravel().astype(np.uint32) for x in np.meshgrid(
+            np.arange(n), np.arange(n), indexing="ij"))
+        values = np.stack([dtypes.decode(first, src), dtypes.decode(second, src)], 1).ravel()
+        for offset in _offsets(src, dst):
+            lane_mask = np.uint32(((1 << src.bits) - 1) << offset)
+            noise = rng.integers(0, 1 << 32, first.size, dtype=np.uint64).astype(np.uint32)
+            noise &= ~(lane_mask | (lane_mask << np.uint32(16)))
+            words = (first << np.uint32(offset)) | (second << np.uint32(16 + offset)) | noise
+            got = jit(_name(f"pair{offset}", src, dst), words, _bits_type(dst), per_input=2)
+            _check(got, values, dst, f"pair {src} -> {dst} at offset {offset}")
+            tested += 1
+    # every width has offsets: integers up to T - b, floats up to 16 - b
+    assert tested >= 40, tested
+
+
+def test_lane_offsets_have_limits():
+    assert cv.max_pair_offset("int4", "f16") == 6  # magic + u * 2^s inside 10 bits
+    assert cv.max_pair_offset("int4", "bf16") == 3
+    assert cv.max_pair_offset("uint8", "bf16") == 0  # the code has a bit more than T
+    assert cv.max_pair_offset("f4e2m1", "bf16") == 12
+    assert cv.max_pair_offset("int4", "f32") == 0
+    b = ir.IRBuilder(ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [I32]), "f")
+                     .append_basic_block())
+    with pytest.raises(ValueError, match="offsets 0..6, got 7"):
+        cv.emit_convert_pair(b, b.function.args[0], "int4", "f16", offset=7)
 
 
 # ---- extraction from packed words ----------------------------------------------------
@@ -348,6 +396,10 @@ def test_every_code_and_pair_converts_exactly_on_the_gpu():
                 lambda b, v, s=src, d=dst: cv.emit_convert(b, v, s, d))
         _kernel(module, _name("pair", src, dst), I32, ir.VectorType(ft, 2),
                 lambda b, v, s=src, d=dst: cv.emit_convert_pair(b, v, s, d))
+        for offset in _offsets(src, dst):
+            _kernel(module, _name(f"pair{offset}", src, dst), I32, ir.VectorType(ft, 2),
+                    lambda b, v, s=src, d=dst, o=offset: cv.emit_convert_pair(
+                        b, v, s, d, offset=o))
     parsed = llvm.parse_assembly(str(module))
     parsed.verify()
     ptx = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
@@ -387,6 +439,13 @@ def test_every_code_and_pair_converts_exactly_on_the_gpu():
             got = run(_name("pair", src, dst), first | (second << np.uint32(16)),
                       _bits_type(dst), per_input=2)
             _check(got, values, dst, f"GPU pair {src} -> {dst}")
+            for offset in _offsets(src, dst):  # codes at an offset, ones around them
+                lanes = (first | (second << np.uint32(16))) << np.uint32(offset)
+                around = np.uint32(0xFFFFFFFF) ^ (np.uint32(
+                    ((1 << src.bits) - 1) * 0x10001) << np.uint32(offset))
+                got = run(_name(f"pair{offset}", src, dst), lanes | around, _bits_type(dst),
+                          per_input=2)
+                _check(got, values, dst, f"GPU pair {src} -> {dst} at offset {offset}")
     finally:
         ok(cu.cuModuleUnload(loaded))
         ok(cu.cuDevicePrimaryCtxRelease(device))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import numpy as np
 import pytest
@@ -36,22 +37,32 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 # ---- the weight format ------------------------------------------------------------------
 
-def test_each_lane_gets_its_mma_b_fragments():
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 6, 8])
+def test_each_lane_gets_its_mma_b_fragments(bits):
     """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j) in row-major
     order, the B elements (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's
-    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second)."""
+    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second). For b in
+    {1, 2, 4, 8} the run stores each register's two codes half a 32-bit word apart (the
+    codes a conversion pairs); other widths keep the register order."""
     K, N = 64, 96
     codes = np.arange(K * N).reshape(K, N)
-    ordered = fragment_order(codes)
+    ordered = fragment_order(codes, bits)
     assert ordered.shape == (K // ATOM, N // ATOM, 32, 32)
+    per_word = 32 // bits
     for ak in range(K // ATOM):
         for an in range(N // ATOM):
             for lane in range(32):
                 g, c = divmod(lane, 4)
                 want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
                         for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
-                assert list(ordered[ak, an, lane]) == want
-    assert np.array_equal(fragment_order_inverse(ordered), codes)
+                run = list(ordered[ak, an, lane])
+                if 16 % bits:
+                    assert run == want
+                    continue
+                for word in range(ATOM // per_word):  # [w0 w2 w4 ... | w1 w3 w5 ...]
+                    mine = want[word * per_word:(word + 1) * per_word]
+                    assert run[word * per_word:(word + 1) * per_word] == mine[0::2] + mine[1::2]
+    assert np.array_equal(fragment_order_inverse(ordered, bits), codes)
 
 
 @pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2", "int8", "uint1"])
@@ -62,7 +73,7 @@ def test_fragments_pack_a_lane_run_per_4b_bytes(wdtype):
     packed = pack_weights(codes, wd, FRAGMENTS)
     assert packed.shape == (2, 64 * 4 * wd.bits)
     runs = packed.reshape(-1, 4 * wd.bits)
-    order = fragment_order(codes).reshape(-1, 32)
+    order = fragment_order(codes, wd.bits).reshape(-1, 32)
     for run, lane_codes in zip(runs[:40], order[:40]):  # dtypes.unpack is the reference
         assert np.array_equal(dtypes.unpack(run, wd.bits, 32), lane_codes)
 
@@ -154,6 +165,11 @@ def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
         assert "cp.async.cg.shared.global" in ptx and "ld.global" not in ptx
     elif dtypes.parse(wdtype).bits in (4, 8):
         assert "ld.global.v4" in ptx  # 16 bytes of codes per lane
+    # Each converted pair (and each pair scaled) is one mma register: no two halves of
+    # different registers are packed together (ptxas would `prmt` them); a scale's
+    # broadcast {s, s} is the only packing left.
+    packed = re.findall(r"mov\.b32\s+%r\d+, \{(%rs\d+), (%rs\d+)\}", ptx)
+    assert all(lo == hi for lo, hi in packed), packed[:4]
 
 
 # ---- schedules and the tuning table -------------------------------------------------------------

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import llvmlite.ir as ir
+
 from tilevm.ir import instructions as ins
 
 if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
-from tilevm.backend.arith import convert_packed, convert_value, tile_op
+from tilevm.backend.arith import (
+    I32,
+    build_vector,
+    convert_packed,
+    convert_value,
+    pairs_half_op,
+    tile_op,
+)
 from tilevm.backend.passes.lower_bit_packing import is_packed
 from tilevm.ir.types import Tensor
 
@@ -55,8 +64,22 @@ def lower_elementwise(cg: KernelCodegen, inst: ins.Elementwise) -> None:
     operands = [cg.operand_values(a, inst.out) if isinstance(a, Tensor) else
                 [cg.expr(a, dtype)] * cg.layout_of(inst.out).local_size
                 for a in inst.args]
-    cg.define(inst.out, [tile_op(cg.b, inst.op, [o[i] for o in operands], dtype)
-                           for i in range(len(operands[0]))])
+    count = len(operands[0])
+    if not (count % 2 == 0 and pairs_half_op(inst.op, dtype)):
+        cg.define(inst.out, [tile_op(cg.b, inst.op, [o[i] for o in operands], dtype)
+                             for i in range(count)])
+        return
+    # Registers 2i and 2i + 1 go through one f16x2 / bf16x2 operation: the pairs an mma
+    # operand and a vector access hold in one 32-bit register (two scalar operations
+    # would make ptxas pair them again, re-packing halves with `prmt`). A broadcast
+    # operand is the same value in both halves.
+    pair_type = ir.VectorType(operands[0][0].type, 2)
+    values = []
+    for i in range(0, count, 2):
+        pair = tile_op(cg.b, inst.op, [build_vector(cg.b, o[i:i + 2], pair_type)
+                                       for o in operands], dtype)
+        values += [cg.b.extract_element(pair, ir.Constant(I32, j)) for j in (0, 1)]
+    cg.define(inst.out, values)
 
 def lower_where(cg: KernelCodegen, inst: ins.Where) -> None:
     dtype = inst.out.dtype

@@ -10,6 +10,7 @@ edge; a vector wholly outside loads nothing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from tilevm.ir import instructions as ins
 if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
-from tilevm.backend.arith import I1, I32, I64, build_vector, llvm_type, ty_bytes
+from tilevm.backend.arith import I1, I32, I64, PTR, build_vector, llvm_type, ty_bytes
 from tilevm.dtypes import DataType
 from tilevm.ir.expr import Expr
 from tilevm.ir.types import Tensor
@@ -115,6 +116,10 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
     vec_ty = ir.VectorType(ty, width)
     values: list[ir.Value] = []
     for whole, index, preds in _element_addresses(cg, view, inst.out, inst.offsets, width):
+        if width == 1:
+            values.append(masked_scalar_load(cg, whole, cg.b.gep(
+                view.base, [index], source_etype=ty), other))
+            continue
         # The fast path: the whole vector is inside the view (one ld.global.vN). A vector
         # wholly outside (rows past M, say) loads nothing; one straddling a ragged edge
         # loads element by element.
@@ -137,6 +142,38 @@ def lower_load_global(cg: KernelCodegen, inst: ins.LoadGlobal) -> None:
         phi.add_incoming(slow_vec, slow)
         values += vector_registers(cg, phi, width, inst.out.dtype)
     define_loaded(cg, inst.out, values, width)
+
+ZERO_WORD = "tilevm_zero_word"
+
+
+def masked_scalar_load(cg: KernelCodegen, inside: ir.Value, ptr: ir.Value,
+                       other: ir.Value) -> ir.Value:
+    """One element: `*ptr` where `inside`, else `other`, with no branch: a masked-out
+    element reads 16 zero bytes the module owns (`zero_word`) instead, and `other`
+    replaces it only when it is not zero. Why not a branch around the load: LLVM moves
+    the value's first use (a conversion, say) into the branch, and ptxas then waits for
+    the load right there, once per load, in a row (seen on the decode kernel's scale
+    loads: four global round trips per scale group). Why not a predicated PTX load:
+    each load's predicate then lives until its load issues, and a tile of 16 scalar
+    loads per thread ran out of predicate registers (spills)."""
+    loaded = cg.b.load(cg.b.select(inside, ptr, zero_word(cg)), typ=other.type)
+    value = other.constant if isinstance(other, ir.Constant) else None
+    zero = isinstance(value, int | float) and value == 0 and math.copysign(1, value) > 0
+    return loaded if zero else cg.b.select(inside, loaded, other)
+
+
+def zero_word(cg: KernelCodegen) -> ir.Value:
+    """A generic pointer to 16 zero bytes in global memory, owned by the module."""
+    gv = cg.module.globals.get(ZERO_WORD)
+    if gv is None:
+        gv = ir.GlobalVariable(cg.module, ir.ArrayType(ir.IntType(8), 16), ZERO_WORD,
+                               addrspace=1)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.align = 16
+        gv.initializer = ir.Constant(gv.value_type, None)
+    return cg.b.addrspacecast(gv, PTR)
+
 
 def _load_straddling(cg: KernelCodegen, view: GlobalViewValue, index: ir.Value,
                      preds: list[ir.Value], other: ir.Value, vec_ty: ir.VectorType
