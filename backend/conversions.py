@@ -62,8 +62,9 @@ The API (every emitter takes an `llvmlite.ir.IRBuilder` positioned where to emit
 
 * `emit_convert(builder, code, src, dst)`: one code in the low bits of an integer
   value (i8/i16/i32/...; bits above the code are ignored) -> `half`/`bfloat`/`float`.
-* `emit_convert_pair(builder, lanes, src, dst)`: two codes in one i32, in bits
-  `[0, b)` and `[16, 16 + b)` (other bits ignored) -> `<2 x half>` / `<2 x bfloat>`,
+* `emit_convert_pair(builder, lanes, src, dst, offset=0)`: two codes in one i32, in
+  bits `[s, s + b)` and `[16 + s, 16 + s + b)`, s = `offset` up to `max_pair_offset`
+  (other bits ignored) -> `<2 x half>` / `<2 x bfloat>`,
   with 32-bit integer ops on both 16-bit lanes at once (SWAR; no carry crosses a lane)
   and ONE `<2 x ...>` float op (PTX `mul.f16x2` / `sub.f16x2` / `fma.rn.bf16x2`).
   For f32 it gives `<2 x float>` (two 32-bit lanes; the float op is one vector
