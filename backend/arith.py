@@ -79,9 +79,10 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     -> `dst` values, bit-identical to `convert_value` on each code. Into f16/bf16
     (`pairs_convert`) two codes go through one `<2 x half|bfloat>` float op
     (`conversions.emit_convert_pair`): for b in {1, 2, 4, 8} and whole words, codes `j`
-    and `j + 16/b` of a word (16 bits apart: one shift and one AND put both in their
-    lanes); otherwise consecutive codes, each cut out of the word(s) it occupies. An odd
-    last code is converted alone."""
+    and `j + 16/b` of a word (16 bits apart: both in their lanes after one shift, which
+    serves every pair up to `max_pair_offset` bits above it); otherwise consecutive
+    codes, each cut out of the word(s) it occupies. An odd last code is converted
+    alone."""
     from tilevm.backend.lowering.bitcast import extract_bits, from_bits  # (imports arith)
 
     bits = src.bits

@@ -11,8 +11,9 @@ many rows; the schedule picks the kernel and its tile sizes):
   into registers, 16 bytes per lane for int4 (`4 * b` bytes: 32 codes), already in the
   order the tensor cores read them. The weight format (`fragment_order`) stores each
   32 x 32 block of codes ("atom") lane by lane: lane `t` finds its 32 codes of the
-  atom's eight `mma.m16n8k16` B fragments in `4 * b` consecutive bytes. So a `view` of
-  the loaded bytes is already the B operand of `dot` (no shuffle, no shared memory),
+  atom's eight `mma.m16n8k16` B fragments in `4 * b` consecutive bytes (each word's
+  codes ordered so a converted pair is one mma register: `storage_order`). So a `view`
+  of the loaded bytes, cast, is the B operand of `dot` (no shuffle, no shared memory),
   and the 16-byte loads of a warp cover 512 contiguous bytes;
 - `cast` to f16/bf16 (two codes per f16x2 op; minus the zero points), `dot` into an f32
   partial sum per scale group, which is multiplied by the group's scale row (in f32)
@@ -137,7 +138,8 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         # its 32 codes of atom (k, j): the B fragments of `dot`, in its register order.
         byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
             .local(1, 1, 1, 4 * b)
-        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * atom_code_layout(b)
+        atoms = local(bk // ATOM, 1) * spatial(1, num_warps)  # a warp's atoms of a k-tile
+        code_layout = atoms * atom_code_layout(b)  # the codes as stored
         tile = [bk // ATOM, num_warps, 32, 4 * b]
         if swap_ab:
             # y^T = W^T @ x^T: the weights are the mma A operand (16 columns of W per
@@ -207,8 +209,7 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                                              code_layout.permute((1, 0))), act, a_layout)
                     else:
                         wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act,
-                                     local(bk // ATOM, 1) * spatial(1, num_warps)
-                                     * ATOM_LAYOUT)
+                                     atoms * ATOM_LAYOUT)
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:

@@ -86,8 +86,9 @@ def qmm_staged_kernel(act: DataType | str = "f16") -> Kernel:
         warps = spatial(warps_m, warps_n)
         acc_layout = warps * local(rows // 16, 4) * mma_m16n8k16_c()
         x_layout = warps.reduce(1) * local(rows // 16, bk // 16) * mma_m16n8k16_a()
-        w_layout = warps.reduce(0) * local(bk // ATOM, 1) * ATOM_LAYOUT
-        stored_layout = warps.reduce(0) * local(bk // ATOM, 1) * atom_code_layout(b)
+        atoms = warps.reduce(0) * local(bk // ATOM, 1)  # a warp's atoms of a k-tile
+        w_layout = atoms * ATOM_LAYOUT
+        stored_layout = atoms * atom_code_layout(b)  # the codes as stored
         byte_layout = replicated(warps_m, ndim=4) * local(bk // ATOM, 1, 1, 1) \
             .spatial(1, warps_n, 32, 1).local(1, 1, 1, 4 * b)
         code_tile = [bk // ATOM, warps_n, 32, 4 * b]
