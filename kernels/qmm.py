@@ -100,39 +100,49 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             y: tv.ptr(out), M: tv.int32, N: tv.int32, K: tv.int32,
             *, wdtype: DataType = tv.int4, group_size: int = 128, has_zeros: bool = False,
             bm: int = 16, bk: int = 32, num_warps: int = 1, split_k: int = 1,
-            x_shared: bool = True, prefetch: int = 1, swap_ab: bool = False):
+            x_shared: bool = True, prefetch: int = 1, swap_ab: bool = False,
+            unroll: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk % ATOM == 0 and group_size % bk == 0,
                          f"bk={bk} must be a multiple of {ATOM} dividing "
                          f"group_size={group_size}")
-        tv.static_assert(not x_shared or group_size % (2 * bk) == 0,
-                         f"the two-stage pipeline needs 2 * bk = {2 * bk} to divide "
-                         f"group_size={group_size}")
+        tiles = unroll * group_size // bk  # k-tiles per iteration of the main loop
+        tv.static_assert(not x_shared or tiles % (prefetch + 1) == 0,
+                         f"the activations' {prefetch + 1} shared-memory stages need the "
+                         f"main loop's {tiles} k-tiles (unroll * group_size / bk) to be a "
+                         f"multiple of prefetch + 1 = {prefetch + 1}")
         tv.static_assert(bm % (8 if swap_ab else 16) == 0,
                          f"bm={bm} must be a multiple of {8 if swap_ab else 16}")
-        tv.static_assert(not swap_ab or x_shared, "swap_ab reads x through shared memory")
         tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
         tv.static_assert(prefetch in (1, 2, 3, 4), f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+        tv.static_assert(unroll >= 1, f"unroll is a number of groups, got {unroll}")
         bn = ATOM * num_warps
-        tv.assume(K % (group_size * split_k) == 0)
+        tv.assume(K % (unroll * group_size * split_k) == 0)
         tv.assume(K % ATOM == 0)
         Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
 
         tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), split_k)
-        gx = tv.global_view(x, [M, K])
-        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
-        if swap_ab:  # scales and zeros as columns [Np, K / group_size]
-            gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
-            gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
-        else:
-            gs = tv.global_view(scales, [K // group_size, Np])
-            gz = tv.global_view(zeros, [K // group_size, Np])
         n0 = tv.block_idx(0) * bn
         m0 = tv.block_idx(1) * bm
         atom_n0 = tv.block_idx(0) * num_warps
         k_len = K // split_k
         k_begin = tv.block_idx(2) * k_len
+        # Weights and activations are viewed from this block's first row of K on, and
+        # end at its last: a k-tile fetched ahead past the block's rows is masked (it
+        # reads nothing) instead of reading the next split's weights.
+        gw = tv.global_view(w, [k_len // ATOM, Np // ATOM, 32, 4 * b],
+                            offset=k_begin // ATOM * (Np // ATOM) * (ATOM * 4 * b))
+        gx = tv.global_view(x, [M, k_len], strides=[K, 1], offset=k_begin)
+        groups = k_len // group_size  # this block's scale groups, from `first` on
+        first = k_begin // group_size * Np
+        if swap_ab:  # x^T (the B operand); scales and zeros as columns [Np, groups]
+            gxt = tv.global_view(x, [k_len, M], strides=[1, K], offset=k_begin)
+            gs = tv.global_view(scales, [Np, groups], strides=[1, Np], offset=first)
+            gz = tv.global_view(zeros, [Np, groups], strides=[1, Np], offset=first)
+        else:
+            gs = tv.global_view(scales, [groups, Np], offset=first)
+            gz = tv.global_view(zeros, [groups, Np], offset=first)
 
         # Lane t of warp j holds, for each of the bk/32 atoms along K, the 4*b bytes of
         # its 32 codes of atom (k, j): the B fragments of `dot`, in its register order.
@@ -157,53 +167,62 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             acc_shape = [bm, bn]
             acc_layout = None
 
+        # The k-tile at row `k` (of this block's rows) of the operands fetched ahead into
+        # registers: the weights, as each lane's bytes of its atoms, and with
+        # `x_shared=False` the activations (rows past M and K: zeros).
+        codes_at = lambda k: tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile,  # noqa: E731
+                                            layout=byte_layout)
+        if swap_ab:  # x^T straight into the B fragments
+            x_at = lambda k: tv.load_global(gxt, [k, m0], [bk, bm], layout=xt_layout)  # noqa: E731
+        else:
+            x_at = lambda k: tv.load_global(gx, [m0, k], [bm, bk])  # noqa: E731
+        # A group's scales (and zero points): with swap_ab held by the threads that use
+        # them (no conversion).
+        if swap_ab:
+            scale_at = lambda g: tv.load_global(gs, [n0, g], [bn, 1],  # noqa: E731
+                                                layout=acc_layout.reduce(1))
+            zero_at = lambda g: tv.load_global(gz, [n0, g], [bn, 1],  # noqa: E731
+                                               layout=a_layout.reduce(1))
+        else:
+            scale_at = lambda g: tv.load_global(gs, [g, n0], [1, bn])  # noqa: E731
+            zero_at = lambda g: tv.load_global(gz, [g, n0], [1, bn])  # noqa: E731
+
         # y = sum over groups of scale[g] * (x_g @ (codes_g - zero_g)): each group's
         # products are summed in f32 by the tensor cores, then scaled once per group and
         # column (the codes, and codes minus integer zero points, are exact in f16/bf16).
         acc = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
-        # Software pipelining: `prefetch` k-tiles of weights (registers: `ahead` ...
-        # `ahead4`, next first) and the next k-tile of activations (shared memory, two
-        # stages) are in flight while a k-tile is computed (deeper than 1 gained at most
-        # a few percent at M = 1 on an H200: a schedule choice, not searched by default).
-        ahead = _weights(gw, k_begin, atom_n0, tile, byte_layout)
-        ahead2 = _weights(gw, k_begin + bk, atom_n0, tile, byte_layout) \
-            if prefetch >= 2 else None
-        ahead3 = _weights(gw, k_begin + 2 * bk, atom_n0, tile, byte_layout) \
-            if prefetch >= 3 else None
-        ahead4 = _weights(gw, k_begin + 3 * bk, atom_n0, tile, byte_layout) \
-            if prefetch >= 4 else None
+        # Software pipelining: `prefetch` k-tiles are in flight while one is computed:
+        # the weights in registers (`w1` ... `w4`, next first; with `x_shared=False` the
+        # activations too, `x1` ...), with `x_shared` the activations in a ring of
+        # `prefetch + 1` shared-memory stages (one barrier per k-tile). The main loop's
+        # body is `unroll` groups, statically unrolled: when its k-tiles are a multiple
+        # of `prefetch + 1`, the registers a load fills come round to the loop's start
+        # without a copy (a copy at the loop's end would wait for the load it copies),
+        # and each k-tile's stage is known at compile time.
+        w1, w2, w3, w4 = _ahead(codes_at, bk, prefetch)
+        x1, x2, x3, x4 = _ahead(x_at, bk, 0 if x_shared else prefetch)
+        # the next group's scales and zero points, loaded a group ahead
+        next_scale = scale_at(0)
+        next_zero = zero_at(0) if has_zeros else None
         if x_shared:
-            xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
-            tv.copy_async(xs[0], gx, [m0, k_begin])
-            tv.copy_async_commit()
-        for g0 in tv.range(k_begin, k_begin + k_len, group_size):
-            part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
-            # loaded now, used after the group's k-tiles: its latency is hidden
-            if swap_ab:  # held by the threads that use them: no conversion
-                scale = tv.load_global(gs, [n0, g0 // group_size], [bn, 1],
-                                       layout=acc_layout.reduce(1))
-                zero = tv.load_global(gz, [n0, g0 // group_size], [bn, 1],
-                                      layout=a_layout.reduce(1)) if has_zeros else None
-            else:
-                scale = tv.load_global(gs, [g0 // group_size, n0], [1, bn])
-                zero = tv.load_global(gz, [g0 // group_size, n0], [1, bn]) \
-                    if has_zeros else None
-            for k0 in tv.range(g0, g0 + group_size, 2 * bk if x_shared else bk):
-                for s in range(2 if x_shared else 1):  # unrolled: stage s: k0 + s * bk
-                    k = k0 + s * bk if s else k0
-                    if x_shared:  # the next k-tile's activations (rows past M: zeros)
-                        tv.copy_async(xs[1 - s], gx, [m0, k + bk])
-                        tv.copy_async_commit()
-                    packed = ahead
-                    later = _weights(gw, k + prefetch * bk, atom_n0, tile, byte_layout)
-                    if prefetch == 1:
-                        ahead = later
-                    elif prefetch == 2:
-                        ahead, ahead2 = ahead2, later
-                    elif prefetch == 3:
-                        ahead, ahead2, ahead3 = ahead2, ahead3, later
-                    else:
-                        ahead, ahead2, ahead3, ahead4 = ahead2, ahead3, ahead4, later
+            xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(prefetch + 1)]
+            for i in range(prefetch):
+                tv.copy_async(xs[i], gx, [m0, i * bk])
+                tv.copy_async_commit()
+        for c0 in tv.range(0, k_len, unroll * group_size):
+            for gi in range(unroll):  # unrolled: group gi of the chunk
+                g0 = c0 + gi * group_size if gi else c0
+                after = g0 // group_size + 1  # the next group (past the block's: masked)
+                scale, next_scale = next_scale, scale_at(after)
+                if has_zeros:
+                    zero, next_zero = next_zero, zero_at(after)
+                part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+                for t in range(group_size // bk):  # unrolled: k-tile t of the group
+                    k = g0 + t * bk if t else g0
+                    ahead = k + prefetch * bk
+                    packed, w1, w2, w3, w4 = _shift((w1, w2, w3, w4), codes_at(ahead))
+                    if not x_shared:
+                        xa, x1, x2, x3, x4 = _shift((x1, x2, x3, x4), x_at(ahead))
                     if swap_ab:
                         wt = tv.cast(tv.view(packed, wdtype, [bn, bk],
                                              code_layout.permute((1, 0))), act, a_layout)
@@ -213,20 +232,22 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
-                        tv.copy_async_wait(1)  # this stage's activations have landed ...
-                        tv.sync()  # ... for every warp
+                        stage = (gi * group_size // bk + t) % (prefetch + 1)
+                        tv.copy_async_wait(prefetch - 1)  # this k-tile's activations ...
+                        # ... have landed for every warp, and every warp has read the
+                        # stage the k-tile `prefetch` ahead refills (rows past M: zeros)
+                        tv.sync()
+                        tv.copy_async(xs[(stage + prefetch) % (prefetch + 1)], gx,
+                                      [m0, ahead])
+                        tv.copy_async_commit()
                         if swap_ab:  # x^T: x's rows as ldmatrix reads them, relabeled
-                            xa = tv.view(tv.load_shared(xs[s], [0, 0], [bm, bk],
+                            xa = tv.view(tv.load_shared(xs[stage], [0, 0], [bm, bk],
                                                         xt_layout.permute((1, 0))),
                                          act, [bk, bm], xt_layout)
                         else:
-                            xa = tv.load_shared(xs[s], [0, 0], [bm, bk])
-                    else:
-                        xa = tv.load_global(gx, [m0, k], [bm, bk])
+                            xa = tv.load_shared(xs[stage], [0, 0], [bm, bk])
                     part = tv.dot(wt, xa, part) if swap_ab else tv.dot(xa, wt, part)
-                    if x_shared:
-                        tv.sync()  # every warp has read stage s before it is refilled
-            acc = acc + part * tv.cast(scale, tv.f32)
+                acc = acc + part * tv.cast(scale, tv.f32)
         if x_shared:
             tv.copy_async_wait(0)
         # y (with partial: this split's slice of the workspace [split_k, M, Np])
@@ -244,10 +265,18 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
     return qmm
 
 
-def _weights(gw, k, atom_n0, tile, byte_layout):
-    """The k-tile of weights at row `k` (past the end: masked, zeros), as each lane's
-    bytes of its atoms (a compile-time helper of `qmm_kernel`)."""
-    return tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile, layout=byte_layout)
+def _ahead(fetch, bk: int, n: int) -> tuple:
+    """The first `n` k-tiles `fetch(i * bk)`, in four slots (None past `n`; a
+    compile-time helper of `qmm_kernel`)."""
+    return tuple(fetch(i * bk) if i < n else None for i in range(4))
+
+
+def _shift(ahead: tuple, later) -> tuple:
+    """`(first, *rest, later)`: the operands fetched ahead, the first of them taken for
+    use and `later` appended in the first free slot (a compile-time helper of
+    `qmm_kernel`; unused slots stay None)."""
+    filled = [a for a in ahead if a is not None][1:] + [later]
+    return (ahead[0], *filled, *[None] * (len(ahead) - len(filled)))
 
 
 @cache

@@ -23,7 +23,7 @@ from `STAGED_FROM` rows on.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 STAGED_FROM = 128  # rows from which the default is the staged kernel
@@ -41,10 +41,11 @@ class Schedule:
     staged: bool = False
     warps_m: int = 1
     stages: int = 2
+    unroll: int = 1
 
     def __post_init__(self) -> None:
-        if self.staged and (self.split_k, self.x_shared, self.prefetch, self.swap_ab) != \
-                (1, True, 1, False):
+        if self.staged and (self.split_k, self.x_shared, self.prefetch, self.swap_ab,
+                            self.unroll) != (1, True, 1, False, 1):
             raise ValueError(f"a staged schedule takes bm, bk, num_warps, warps_m and "
                              f"stages only, got {self!r}")
         if not self.staged and (self.warps_m, self.stages) != (1, 2):
@@ -67,11 +68,12 @@ class Schedule:
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
-        if K % (group_size * self.split_k):
+        if K % (group_size * self.split_k * self.unroll):
             return False
-        if self.bm % (8 if self.swap_ab else 16) or (self.swap_ab and not self.x_shared):
+        if self.bm % (8 if self.swap_ab else 16):
             return False
-        return not self.x_shared or group_size % (2 * self.bk) == 0
+        return not self.x_shared or \
+            (self.unroll * group_size // self.bk) % (self.prefetch + 1) == 0
 
     def __str__(self) -> str:
         if self.staged:
@@ -80,6 +82,7 @@ class Schedule:
         return (f"bm={self.bm} bk={self.bk} warps={self.num_warps} split_k={self.split_k}"
                 f"{'' if self.x_shared else ' x_global'}"
                 f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
+                f"{f' unroll={self.unroll}' if self.unroll > 1 else ''}"
                 f"{' swap_ab' if self.swap_ab else ''}")
 
 
@@ -108,26 +111,39 @@ def row_tiles(M: int) -> tuple[int, ...]:
 def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     """The schedules the tuner times for this problem (all fit it). Measured on an H100
     and an H200 (bench/results): 64-row k-tiles win whenever the group allows the
-    two-stage pipeline with them, and a deeper weight prefetch gains at most a few
-    percent at M = 1, so neither is searched (the kernel takes them, for experiments)."""
+    pipelines with them; up to 8 rows the swapped kernel won at every type; weights
+    three k-tiles ahead (`deepen`) win on wide layers and lose a few percent on some
+    small ones (fewer warps fit: more registers)."""
     bk = k_tile(group_size)
     found = []
     if M > 64:
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:
         return found  # the streaming kernel was slower at every type (bench/results)
-    for swap_ab in (False, True) if M <= 16 else (False,):
-        for bm in (swap_rows(M),) if swap_ab else row_tiles(M):
-            for warps in (2, 4):
-                for split in (1, 2, 4, 8, 16):
-                    if split > 1 and M > 64:
-                        continue  # prefill has blocks enough
-                    s = Schedule(bm, bk, warps, split, swap_ab=swap_ab)
-                    if not s.fits(K, group_size) and not swap_ab:  # small groups
-                        s = Schedule(bm, bk, warps, split, x_shared=False)
-                    if s.fits(K, group_size):
-                        found.append(s)
-    return found
+    splits = (1, 2, 4, 8, 16) if M <= 64 else (1,)  # prefill has blocks enough
+    if M <= 16:
+        for warps in (2, 4):
+            for split in splits:
+                found.append(Schedule(swap_rows(M), bk, warps, split, swap_ab=True))
+        if M <= 8:  # 16 rows: too many registers (spills at odd widths)
+            found += [deepen(Schedule(8, bk, 2, split, swap_ab=True), K, group_size)
+                      for split in splits]
+    if M > 8 or not any(s.fits(K, group_size) for s in found):  # or small groups
+        for bm in row_tiles(M):
+            for warps in (2,) if M <= 16 else (2, 4):
+                for split in splits:
+                    s = Schedule(bm, bk, warps, split)
+                    found.append(s if s.fits(K, group_size) else  # small groups
+                                 Schedule(bm, bk, warps, split, x_shared=False))
+    return list(dict.fromkeys(s for s in found if s.fits(K, group_size)))
+
+
+def deepen(s: Schedule, K: int, group_size: int) -> Schedule:
+    """`s` with three k-tiles of weights in flight and two groups per iteration of the
+    main loop (so the registers in flight rotate without copies), when that fits the
+    problem; else `s`."""
+    deep = replace(s, prefetch=3, unroll=2)
+    return deep if deep.fits(K, group_size) else s
 
 
 def k_tile(group_size: int) -> int:
@@ -163,4 +179,5 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     while blocks * split < 4 * sms and split < 16 and \
             Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
-    return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
+    s = Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
+    return deepen(s, K, group_size) if swap_ab and bm == 8 else s

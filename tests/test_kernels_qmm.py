@@ -130,11 +130,14 @@ def _tolerance(x, qw, ref) -> float:
     ("int3", False, Schedule(bk=64, x_shared=False), 1, 72),
     ("uint4", True, Schedule(num_warps=2), 17, 64),
     ("f6e3m2", False, Schedule(bm=32, x_shared=False), 33, 32),
-    ("int5", False, Schedule(split_k=2, prefetch=2), 5, 40),
+    ("int5", False, Schedule(split_k=2, prefetch=2, x_shared=False), 5, 40),
     ("f8e4m3", False, Schedule(split_k=4), 2, 96),
-    ("int4", False, Schedule(bm=8, swap_ab=True, prefetch=4), 3, 64),
-    ("uint2", True, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=2, prefetch=3), 9, 72),
-    ("f6e3m2", False, Schedule(bm=16, swap_ab=True, prefetch=2), 17, 40),
+    ("int4", False, Schedule(bm=8, swap_ab=True, prefetch=3, unroll=2), 3, 64),
+    ("uint2", True, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=2, prefetch=3,
+                             unroll=2), 9, 72),
+    ("f6e3m2", False, Schedule(bm=16, swap_ab=True, prefetch=2, x_shared=False), 17, 40),
+    ("int2", False, Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=4, split_k=2), 1,
+     32),
     ("int4", False, staged(32, 32, 4, 2, 3), 40, 72),  # 2 x 2 warps, ragged M and N
     ("uint3", True, staged(64, 64, 4, 2, 2), 17, 64),
     ("f6e3m2", False, staged(32, 32, 2, 1, 4), 33, 96),
@@ -213,7 +216,8 @@ def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypa
 def test_schedule_module_names_its_space():
     assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
                                                "split_k": 1, "x_shared": True,
-                                               "prefetch": 1, "swap_ab": False}
+                                               "prefetch": 1, "swap_ab": False,
+                                               "unroll": 1}
     assert staged(128, 64, 8, 2, 3).constants() == {"bm": 128, "bk": 64, "num_warps": 8,
                                                     "warps_m": 2, "stages": 3}
     with pytest.raises(ValueError, match="staged"):
@@ -265,9 +269,11 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
-                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=2),
+                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=3),
                                Schedule(bm=8, swap_ab=True, split_k=4, prefetch=3),
-                               Schedule(bm=16, bk=64, num_warps=4, swap_ab=True, prefetch=4),
+                               Schedule(bm=16, bk=64, num_warps=4, swap_ab=True, prefetch=3,
+                                        unroll=2),
+                               Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=2),
                                staged(128, 64, 8, 2, 2), staged(64, 32, 4, 1, 4),
                                staged(48, 32, 3, 3, 5)])
 def test_gpu_schedules_and_zero_points(s):
