@@ -107,11 +107,10 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         tv.static_assert(bk % ATOM == 0 and group_size % bk == 0,
                          f"bk={bk} must be a multiple of {ATOM} dividing "
                          f"group_size={group_size}")
-        tiles = unroll * group_size // bk  # k-tiles per iteration of the main loop
-        tv.static_assert(not x_shared or tiles % (prefetch + 1) == 0,
-                         f"the activations' {prefetch + 1} shared-memory stages need the "
-                         f"main loop's {tiles} k-tiles (unroll * group_size / bk) to be a "
-                         f"multiple of prefetch + 1 = {prefetch + 1}")
+        tv.static_assert(not x_shared or (unroll * group_size // bk) % 2 == 0,
+                         f"the activations' two shared-memory stages need an even number of "
+                         f"k-tiles per iteration of the main loop (unroll * group_size / bk "
+                         f"= {unroll * group_size // bk})")
         tv.static_assert(bm % (8 if swap_ab else 16) == 0,
                          f"bm={bm} must be a multiple of {8 if swap_ab else 16}")
         tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
@@ -191,34 +190,32 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
         # products are summed in f32 by the tensor cores, then scaled once per group and
         # column (the codes, and codes minus integer zero points, are exact in f16/bf16).
         acc = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
-        # Software pipelining: `prefetch` k-tiles are in flight while one is computed:
-        # the weights in registers (`w1` ... `w4`, next first; with `x_shared=False` the
-        # activations too, `x1` ...), with `x_shared` the activations in a ring of
-        # `prefetch + 1` shared-memory stages (one barrier per k-tile). The main loop's
-        # body is `unroll` groups, statically unrolled: when its k-tiles are a multiple
-        # of `prefetch + 1`, the registers a load fills come round to the loop's start
-        # without a copy (a copy at the loop's end would wait for the load it copies),
-        # and each k-tile's stage is known at compile time.
+        # Software pipelining: `prefetch` k-tiles of weights are in flight in registers
+        # while one is computed (`w1` ... `w4`, next first; with `x_shared=False` the
+        # activations too, `x1` ...); with `x_shared` the next k-tile of activations is
+        # in flight to one of two shared-memory stages. The main loop's body is `unroll`
+        # groups, statically unrolled: when its k-tiles are a multiple of `prefetch + 1`,
+        # the registers a load fills come round to the loop's start without a copy (a
+        # copy at the loop's end would wait for the load it copies).
         w1, w2, w3, w4 = _ahead(codes_at, bk, prefetch)
         x1, x2, x3, x4 = _ahead(x_at, bk, 0 if x_shared else prefetch)
-        # the next group's scales and zero points, loaded a group ahead
-        next_scale = scale_at(0)
-        next_zero = zero_at(0) if has_zeros else None
         if x_shared:
-            xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(prefetch + 1)]
-            for i in range(prefetch):
-                tv.copy_async(xs[i], gx, [m0, i * bk])
-                tv.copy_async_commit()
+            xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
+            tv.copy_async(xs[0], gx, [m0, 0])
+            tv.copy_async_commit()
         for c0 in tv.range(0, k_len, unroll * group_size):
             for gi in range(unroll):  # unrolled: group gi of the chunk
                 g0 = c0 + gi * group_size if gi else c0
-                after = g0 // group_size + 1  # the next group (past the block's: masked)
-                scale, next_scale = next_scale, scale_at(after)
-                if has_zeros:
-                    zero, next_zero = next_zero, zero_at(after)
                 part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+                # loaded now, used after the group's k-tiles: its latency is hidden
+                scale = scale_at(g0 // group_size)
+                zero = zero_at(g0 // group_size) if has_zeros else None
                 for t in range(group_size // bk):  # unrolled: k-tile t of the group
                     k = g0 + t * bk if t else g0
+                    stage = (gi * group_size // bk + t) % 2
+                    if x_shared:  # the next k-tile's activations (rows past M: zeros)
+                        tv.copy_async(xs[1 - stage], gx, [m0, k + bk])
+                        tv.copy_async_commit()
                     ahead = k + prefetch * bk
                     packed, w1, w2, w3, w4 = _shift((w1, w2, w3, w4), codes_at(ahead))
                     if not x_shared:
@@ -232,14 +229,8 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
-                        stage = (gi * group_size // bk + t) % (prefetch + 1)
-                        tv.copy_async_wait(prefetch - 1)  # this k-tile's activations ...
-                        # ... have landed for every warp, and every warp has read the
-                        # stage the k-tile `prefetch` ahead refills (rows past M: zeros)
-                        tv.sync()
-                        tv.copy_async(xs[(stage + prefetch) % (prefetch + 1)], gx,
-                                      [m0, ahead])
-                        tv.copy_async_commit()
+                        tv.copy_async_wait(1)  # this stage's activations have landed ...
+                        tv.sync()  # ... for every warp
                         if swap_ab:  # x^T: x's rows as ldmatrix reads them, relabeled
                             xa = tv.view(tv.load_shared(xs[stage], [0, 0], [bm, bk],
                                                         xt_layout.permute((1, 0))),
@@ -247,6 +238,8 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                         else:
                             xa = tv.load_shared(xs[stage], [0, 0], [bm, bk])
                     part = tv.dot(wt, xa, part) if swap_ab else tv.dot(xa, wt, part)
+                    if x_shared:
+                        tv.sync()  # every warp has read the stage before it is refilled
                 acc = acc + part * tv.cast(scale, tv.f32)
         if x_shared:
             tv.copy_async_wait(0)

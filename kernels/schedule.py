@@ -72,8 +72,7 @@ class Schedule:
             return False
         if self.bm % (8 if self.swap_ab else 16):
             return False
-        return not self.x_shared or \
-            (self.unroll * group_size // self.bk) % (self.prefetch + 1) == 0
+        return not self.x_shared or (self.unroll * group_size // self.bk) % 2 == 0
 
     def __str__(self) -> str:
         if self.staged:
