@@ -21,18 +21,25 @@ many rows; the schedule picks the kernel and its tile sizes):
   output element and group instead of one multiply per weight;
 - the activations go through shared memory, one `copy_async` per block and k-tile (rows
   past M are zero-filled without being read), and `ldmatrix` into the A fragments
-  (`x_shared=False` loads them from global memory straight into the A fragments
-  instead);
+  (`x_shared=False` loads them from global memory straight into the mma fragments
+  instead, fetched ahead like the weights);
+- the weights are fetched `prefetch` k-tiles ahead, and the main loop's body is
+  `unroll` scale groups, unrolled at compile time, so that the registers in flight come
+  round to the loop's start without a copy (see `qmm_kernel`); each block views the
+  operands from its first row of K to its last (a split's k-tiles fetched ahead past
+  its end read nothing);
 - finally `cast` to the output type and a masked store (ragged M and N);
 - `swap_ab` (decode): `y^T = W^T x^T`, the weights as the mma A operand and x^T (x
-  from shared memory, relabeled by a `view`) as B, so x pads to 8 rows instead of 16;
-  the same weight format, its codes reordered inside the thread by the `cast`.
+  from shared memory relabeled by a `view`, or from global memory) as B, so x pads to
+  8 rows instead of 16; the same weight format, its codes reordered inside the thread
+  by the `cast`.
 
 Requirements the format and the runtime enforce (`tv.assume`, checked before launch):
-K is a multiple of `group_size * split_k` and of 32; N is any width (the format pads it
-to a multiple of 32, `Np`; the store is masked); `bk` is a multiple of 32 dividing
-`group_size` (`2 * bk` with the two-stage pipeline): a k-tile never straddles two scale
-groups.
+K is a multiple of `unroll * group_size * split_k` and of 32; N is any width (the format
+pads it to a multiple of 32, `Np`; the store is masked); `bk` is a multiple of 32
+dividing `group_size` (a k-tile never straddles two scale groups), and with the
+two-stage pipeline of activations the main loop's `unroll * group_size / bk` k-tiles
+are even.
 """
 
 

@@ -6,19 +6,22 @@ row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step 
 of 32 dividing the group size), `num_warps` warps, `split_k` blocks along K (their f32
 partial sums are added by `splitk_sum_kernel`), whether the activations go through
 shared memory (`x_shared`, two stages), how many k-tiles of weights are in flight
-(`prefetch`), and `swap_ab`: compute `y^T = W^T x^T` with the weights as the mma A
+(`prefetch`), how many scale groups one iteration of the main loop covers (`unroll`:
+with `unroll * group_size / bk` a multiple of `prefetch + 1` the registers in flight
+rotate without copies), and `swap_ab`: compute `y^T = W^T x^T` with the weights as the mma A
 operand, so that x pads to 8 rows instead of 16 (`bm` a multiple of 8): for M <= 8 half
 the tensor-core work and accumulator registers. Those are the streaming kernel's
 (`kernels.qmm`: each warp 32 columns and all `bm` rows, weights straight into
 registers: decode). `staged` selects the kernel for many rows (`kernels.qmm_staged`:
 `warps_m x num_warps / warps_m` warps of `bm / warps_m` rows and 32 columns, every
-operand through `stages` shared-memory buffers: prefill); it ignores `split_k`,
-`x_shared`, `prefetch` and `swap_ab`.
+operand through `stages` shared-memory buffers: prefill); it takes none of `split_k`,
+`x_shared`, `prefetch`, `unroll` and `swap_ab`.
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
-when `N / 32` warps are too few), the smallest tile rows that cover M; the staged kernel
-from `STAGED_FROM` rows on.
+when `N / 32` warps are too few), the smallest tile rows that cover M, up to 8 rows
+three k-tiles of weights in flight (`deepen`); the staged kernel from `STAGED_FROM`
+rows on.
 """
 
 from __future__ import annotations

@@ -190,6 +190,29 @@ def test_schedules_fit_the_problem(M, N, K, g):
     assert len(found) <= 20  # the first call compiles and times each (<= 20 s in all)
 
 
+def test_unroll_takes_whole_groups_per_split_and_even_stages():
+    # K = 1024, g = 64: 16 groups; unroll 2 x split 4 = 8 groups per step
+    assert Schedule(unroll=2, split_k=4).fits(1024, 64)
+    assert not Schedule(unroll=2, split_k=4).fits(1024 - 64 * 4, 64)  # 12 groups
+    # one 64-row k-tile per group: the two activation stages need unroll 2
+    assert not Schedule(bk=64).fits(1024, 64)
+    assert Schedule(bk=64, unroll=2).fits(1024, 64)
+    # deepen: three k-tiles in flight, 4 per loop iteration, when the problem allows it
+    s = Schedule(bm=8, bk=64, num_warps=2, split_k=4, swap_ab=True)
+    assert schedule.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
+                                                      swap_ab=True, prefetch=3, unroll=2)
+    assert schedule.deepen(s, 4096 + 512, 128) == s  # 36 groups: not 2 per block of 4
+    assert default_schedule(1, 12288, 4096, 128).prefetch == 3
+    assert default_schedule(16, 12288, 4096, 128).prefetch == 1  # registers at 16 rows
+
+
+def test_the_kernel_rejects_odd_stages_with_its_reason():
+    from tilevm.ir.errors import VMError
+
+    with pytest.raises(VMError, match="even number of k-tiles"):
+        qmm_kernel("f16").specialize(wdtype=dtypes.parse("int4"), group_size=64, bk=64)
+
+
 def test_default_schedule_fills_the_gpu_with_split_k():
     s = default_schedule(1, 4096, 4096, 128, sms=132)
     assert (4096 // (32 * s.num_warps)) * s.split_k >= 4 * 132
