@@ -182,16 +182,6 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             x_at = lambda k: tv.load_global(gxt, [k, m0], [bk, bm], layout=xt_layout)  # noqa: E731
         else:
             x_at = lambda k: tv.load_global(gx, [m0, k], [bm, bk])  # noqa: E731
-        # A group's scales (and zero points): with swap_ab held by the threads that use
-        # them (no conversion).
-        if swap_ab:
-            scale_at = lambda g: tv.load_global(gs, [n0, g], [bn, 1],  # noqa: E731
-                                                layout=acc_layout.reduce(1))
-            zero_at = lambda g: tv.load_global(gz, [n0, g], [bn, 1],  # noqa: E731
-                                               layout=a_layout.reduce(1))
-        else:
-            scale_at = lambda g: tv.load_global(gs, [g, n0], [1, bn])  # noqa: E731
-            zero_at = lambda g: tv.load_global(gz, [g, n0], [1, bn])  # noqa: E731
 
         # y = sum over groups of scale[g] * (x_g @ (codes_g - zero_g)): each group's
         # products are summed in f32 by the tensor cores, then scaled once per group and
@@ -214,9 +204,16 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             for gi in range(unroll):  # unrolled: group gi of the chunk
                 g0 = c0 + gi * group_size if gi else c0
                 part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+                group = g0 // group_size
                 # loaded now, used after the group's k-tiles: its latency is hidden
-                scale = scale_at(g0 // group_size)
-                zero = zero_at(g0 // group_size) if has_zeros else None
+                if swap_ab:  # held by the threads that use them: no conversion
+                    scale = tv.load_global(gs, [n0, group], [bn, 1],
+                                           layout=acc_layout.reduce(1))
+                    zero = tv.load_global(gz, [n0, group], [bn, 1],
+                                          layout=a_layout.reduce(1)) if has_zeros else None
+                else:
+                    scale = tv.load_global(gs, [group, n0], [1, bn])
+                    zero = tv.load_global(gz, [group, n0], [1, bn]) if has_zeros else None
                 for t in range(group_size // bk):  # unrolled: k-tile t of the group
                     k = g0 + t * bk if t else g0
                     stage = (gi * group_size // bk + t) % 2

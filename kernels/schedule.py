@@ -75,7 +75,7 @@ class Schedule:
             return False
         if self.bm % (8 if self.swap_ab else 16):
             return False
-        return not self.x_shared or (self.unroll * group_size // self.bk) % 2 == 0
+        return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
     def __str__(self) -> str:
         if self.staged:
@@ -148,6 +148,13 @@ def deepen(s: Schedule, K: int, group_size: int) -> Schedule:
     return deep if deep.fits(K, group_size) else s
 
 
+def even_stages(unroll: int, group_size: int, bk: int) -> bool:
+    """Whether the main loop's k-tiles (`unroll * group_size / bk`) alternate evenly
+    between the activations' two shared-memory stages (the kernel's requirement for
+    `x_shared`)."""
+    return (unroll * group_size // bk) % 2 == 0
+
+
 def k_tile(group_size: int) -> int:
     """`bk`: 64 rows when the group allows the two-stage pipeline with them (measured
     best on an H100 and an H200), else 32."""
@@ -170,7 +177,7 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
             if tile.fits(K, group_size):
                 return tile
     bk = k_tile(group_size)
-    x_shared = group_size % (2 * bk) == 0
+    x_shared = even_stages(1, group_size, bk)
     swap_ab = M <= 16 and x_shared
     if swap_ab:
         bm, warps = swap_rows(M), 2

@@ -201,7 +201,7 @@ def test_unroll_takes_whole_groups_per_split_and_even_stages():
     s = Schedule(bm=8, bk=64, num_warps=2, split_k=4, swap_ab=True)
     assert schedule.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
                                                       swap_ab=True, prefetch=3, unroll=2)
-    assert schedule.deepen(s, 4096 + 512, 128) == s  # 36 groups: not 2 per block of 4
+    assert schedule.deepen(s, 4096 + 512, 128) == s  # 9 groups per split: odd
     assert default_schedule(1, 12288, 4096, 128).prefetch == 3
     assert default_schedule(16, 12288, 4096, 128).prefetch == 1  # registers at 16 rows
 
