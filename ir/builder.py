@@ -163,6 +163,13 @@ class Builder:
     def store_global(self, dst: Tensor, src: Tensor, offsets: Sequence[ExprLike]) -> None:
         self.emit(ins.StoreGlobal(dst=dst, src=src, offsets=_exprs(offsets), loc=self.loc))
 
+    def atomic_add(self, dst: Tensor, offsets: Sequence[ExprLike], value: ExprLike,
+                   name: str = "old") -> Var:
+        out = Var(self.fresh_name(self.name_hint or name), INT32)
+        self.emit(ins.AtomicAdd(out=out, dst=dst, offsets=_exprs(offsets),
+                                value=as_expr(value), loc=self.loc))
+        return out
+
     def alloc_shared(self, dtype: DataType | str, shape: Sequence[int], layout: Any = None,
                      name: str = "s") -> Tensor:
         out = self.tensor(MemorySpace.SHARED, dtype, shape, layout, name)

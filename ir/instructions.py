@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from tilevm.ir.errors import SourceLoc
-from tilevm.ir.expr import Expr
+from tilevm.ir.expr import Expr, Var
 from tilevm.ir.types import Pointer, Tensor
 
 
@@ -59,7 +59,15 @@ class Instruction:
 
     @property
     def output(self) -> Tensor | None:
-        return getattr(self, "out", None)
+        """The tensor the instruction defines (None: none, or a scalar, `defines`)."""
+        out = getattr(self, "out", None)
+        return out if isinstance(out, Tensor) else None
+
+    @property
+    def defines(self) -> Var | None:
+        """The scalar variable the instruction defines (`atomic_add`), if any."""
+        out = getattr(self, "out", None)
+        return out if isinstance(out, Var) else None
 
     def operands(self) -> tuple[Any, ...]:
         """Every field but `out`, `loc` and `lowering`, in declaration order."""
@@ -110,6 +118,24 @@ class StoreGlobal(Instruction):
     dst: Tensor
     src: Tensor
     offsets: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicAdd(Instruction):
+    """Once for the whole block: `out = dst[offsets]; dst[offsets] += value` as one
+    indivisible step against every other block (`dst` an int32 global tensor, the sum
+    wrapping around). `out`, a scalar variable, is the old value, the same in every
+    thread. It orders memory like a lock handed from block to block: every global write
+    the block made before it is visible to a block that saw its addition (an `atomic_add`
+    on the same element whose `out` counts it) after that block's `atomic_add`. So the
+    last of n blocks to add 1 to a counter (`out == n - 1`) may read what the other
+    n - 1 wrote (split-K's partial sums). The offsets must lie inside `dst`."""
+
+    opname: ClassVar[str] = "atomic_add"
+    out: Var
+    dst: Tensor
+    offsets: tuple[Expr, ...]
+    value: Expr
 
 
 # ---- shared memory -----------------------------------------------------------------------
@@ -323,8 +349,8 @@ class Assume(Instruction):
 
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
-        GlobalView, LoadGlobal, StoreGlobal, AllocShared, FreeShared, LoadShared, StoreShared,
-        CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, Full, Assign, View, Cast,
-        Elementwise, Where, Reduce, Dot, AnnotateLayout, Print, Assume,
+        GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, AllocShared, FreeShared, LoadShared,
+        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, Full, Assign, View,
+        Cast, Elementwise, Where, Reduce, Dot, AnnotateLayout, Print, Assume,
     )
 }

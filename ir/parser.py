@@ -577,7 +577,16 @@ def _field_types(cls: type[Instruction]) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _read_instruction(text: str, loc: SourceLoc | None, ctx: _Context) -> Instruction:
+def _defines_scalar(text: str) -> bool:
+    """Whether `text` (a `let`'s right-hand side) is an instruction with a scalar result."""
+    m = re.match(r"\s*([A-Za-z_]\w*)(?:\s|$)", text)
+    cls = INSTRUCTIONS.get(m.group(1)) if m else None
+    return cls is not None and _field_types(cls).get("out") is Var
+
+
+def _read_instruction(text: str, loc: SourceLoc | None, ctx: _Context,
+                      scalar: Var | None = None) -> Instruction:
+    """One instruction; `scalar` is the variable a `let` line gives its scalar result."""
     out_name = None
     m = re.match(r"%(\S+?)\s*=\s*(?!=)", text)
     if m:
@@ -596,6 +605,13 @@ def _read_instruction(text: str, loc: SourceLoc | None, ctx: _Context) -> Instru
     hints = _field_types(cls)
     names = {f.name for f in fields(cls)}
     kwargs: dict[str, Any] = {"loc": loc}
+    if hints.get("out") is Var:
+        if scalar is None or out_name is not None or type_text is not None:
+            raise _Error(f"{opname} defines a scalar: write let NAME: DTYPE = {opname} ...")
+        names.discard("out")
+        kwargs["out"] = scalar
+    elif scalar is not None:
+        raise _Error(f"{opname} defines no scalar variable (no let NAME: DTYPE =)")
     if "out" in names:
         if out_name is None or type_text is None:
             raise _Error(f"{opname} produces a tensor: write %NAME = {opname} ... : TYPE")
@@ -808,10 +824,13 @@ def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,
         raise _Error("malformed block statement (expected for ... {, if ... {)")
     m = _LET_RE.match(body)
     if m:
-        value = _read_expr(m.group(3), ctx.scalars())
         var = Var(m.group(1), _parse_dtype(m.group(2)))
+        if _defines_scalar(m.group(3)):  # `let NAME: DTYPE = OPNAME FIELD=VALUE, ...`
+            frame.body.append(_read_instruction(m.group(3).strip(), loc, ctx, var))
+        else:
+            frame.body.append(Let(var=var, value=_read_expr(m.group(3), ctx.scalars()),
+                                  loc=loc))
         ctx.define_var(var)
-        frame.body.append(Let(var=var, value=value, loc=loc))
         return None
     m = _ASSIGN_RE.match(body)
     if m:

@@ -11,6 +11,7 @@ Grammar (one statement per line, `@ "file":line` optionally ends a line):
     kernel NAME(PARAM, ...) grid(EXPR, ...) warps(N) [constants(NAME=STRING, ...)] {
       %OUT = OPNAME FIELD=VALUE, ... : TYPE          instruction with a result
       OPNAME FIELD=VALUE, ...                        instruction without one
+      let NAME: DTYPE = OPNAME FIELD=VALUE, ...      instruction with a scalar result
       let NAME: DTYPE = EXPR                         scalar variable
       NAME = EXPR                                    update of a scalar variable
       for NAME in range(EXPR, EXPR, EXPR) [unroll N] {
@@ -136,6 +137,8 @@ def format_instruction(inst: Instruction) -> str:
     out = inst.output
     if out is not None:
         text = f"%{out.name} = {text} : {format_type(out.type)}"
+    elif inst.defines is not None:  # a scalar result reads like a `let`
+        text = f"let {inst.defines.name}: {inst.defines.dtype} = {text}"
     return text
 
 

@@ -683,6 +683,23 @@ def check_store_global(ctx: Context, inst: ins.StoreGlobal) -> None:
     _check_tile(ctx, src, dst, offsets, False, "store")
 
 
+def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
+    dst = use(ctx, inst.dst, "dst", (G,))
+    if dst.type.dtype != INT32:
+        _fail(f"atomic_add: %{dst.name} is {dst.type.dtype}; atomic_add works on int32")
+    ptr = ctx.view_ptr.get(dst.name)
+    if ptr is not None and ptr.type.readonly:
+        _fail(f"atomic_add: %{dst.name} views read-only parameter {ptr.name} (declared "
+              f"{ptr.type})")
+    _check_offsets(ctx, inst.offsets, dst)
+    value = check_int_expr(ctx, inst.value, "value")
+    if value.bits > 32:
+        _fail(f"atomic_add: the value {_expr_text(inst.value)} is {value}; it must fit int32")
+    if not isinstance(inst.out, Var) or inst.out.dtype != INT32:
+        _fail(f"atomic_add: out must be an int32 scalar variable, got {_short(inst.out)}")
+    ctx.declare_var(inst.out, "atomic_add")
+
+
 def check_alloc_shared(ctx: Context, inst: ins.AllocShared) -> None:
     ctx.define_tensor(define(ctx, inst, S))
 
@@ -1042,7 +1059,8 @@ def _check_assign_var(ctx: Context, stmt: AssignVar) -> None:
         check_expr(ctx, var, "the target")  # says why (not defined, out of scope, ...)
     declared, origin = found  # type: ignore[misc]
     if origin != "let":
-        kind = "a kernel parameter" if origin == "param" else "a loop variable"
+        kind = {"param": "a kernel parameter", "atomic_add": "an atomic_add's result"}.get(
+            origin, "a loop variable")
         _fail(f"assign_var: {var.name} is {kind}; only a variable declared by let may be "
               "updated")
     if declared.dtype != var.dtype:

@@ -30,10 +30,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tilevm.kernels.qmm import qmm_kernel, splitk_sum_kernel
+from tilevm.kernels.qmm import qmm_kernel, splitk_tiles
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
-from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight, padded_n
+from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _lock = threading.Lock()
@@ -82,18 +82,15 @@ def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
 
 
 def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
-    import torch
-
     K, N = qw.shape
     M = x.shape[0]
     zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
     qmm = _qmm(qw, s)
-    if s.split_k == 1:
+    if s.staged:
         qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
         return
-    ws = torch.empty(s.split_k, M, padded_n(N), dtype=torch.float32, device=x.device)
-    qmm(x, qw.packed, qw.scales, zeros, ws, M, N, K)
-    _splitk_sum(qw.scale_dtype.name, s.split_k)(ws, y, M, N)
+    ws, counters = _splitk_buffers(x.device, M, N, s)
+    qmm(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K)
 
 
 # The loaded kernels of this process, by what selects them (cheap keys: every call looks).
@@ -105,19 +102,41 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     loaded = _kernels.get(key)
     if loaded is None:
         act, wdtype, group_size, has_zeros, _ = key
-        kernel = qmm_staged_kernel(act) if s.staged else qmm_kernel(act, s.split_k > 1)
+        kernel = qmm_staged_kernel(act) if s.staged else qmm_kernel(act)
         loaded = _kernels[key] = _load(kernel, wdtype=wdtype,
                                        group_size=group_size, has_zeros=has_zeros,
                                        **s.constants())
     return loaded
 
 
-def _splitk_sum(act: str, split_k: int) -> Any:
-    key = ("splitk_sum", act, split_k)
-    loaded = _kernels.get(key)
-    if loaded is None:
-        loaded = _kernels[key] = _load(splitk_sum_kernel(act), split_k=split_k)
-    return loaded
+# Split-K's workspace and tile counters, per (device, stream), grown as needed: the
+# kernels of one stream run one after another, and each leaves its counters at zero.
+_splitk: dict[tuple[Any, int], tuple[Any, Any]] = {}
+
+
+def _splitk_buffers(device: Any, M: int, N: int, s: Schedule) -> tuple[Any, Any]:
+    import torch
+
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    ws, counters = _splitk.get(key, (None, None))
+    if s.split_k == 1:  # the kernel reads neither: any pointers do
+        return (ws, counters) if ws is not None else _splitk_grow(key, 1, 1)
+    tiles = splitk_tiles(M, N, s.bm, s.num_warps)
+    floats = s.split_k * tiles * s.bm * 32 * s.num_warps
+    if ws is None or ws.numel() < floats or counters.numel() < tiles:
+        ws, counters = _splitk_grow(key, floats, tiles)
+    return ws, counters
+
+
+def _splitk_grow(key: tuple[Any, int], floats: int, tiles: int) -> tuple[Any, Any]:
+    import torch
+
+    old = _splitk.get(key)
+    if old is not None:  # never shrink: the largest problem so far serves every smaller one
+        floats, tiles = max(floats, old[0].numel()), max(tiles, old[1].numel())
+    _splitk[key] = (torch.empty(floats, dtype=torch.float32, device=key[0]),
+                    torch.zeros(tiles, dtype=torch.int32, device=key[0]))
+    return _splitk[key]
 
 
 def _load(kernel: Any, **constants: Any) -> Any:

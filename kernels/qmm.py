@@ -92,19 +92,21 @@ def atom_code_layout(bits: int) -> RegisterLayout:
 
 
 @cache
-def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
-    """The kernel for activations (and scales, zeros, output) of type `act`. With
-    `partial`, the output is the f32 workspace `[split_k, M, N]` of split-K partial sums
-    (`splitk_sum_kernel` adds them up) instead of `y[M, N]`."""
+def qmm_kernel(act: DataType | str = "f16") -> Kernel:
+    """The kernel for activations (and scales, zeros, output) of type `act`.
+
+    `ws` and `counters` serve `split_k > 1` only (any pointers otherwise): `ws`, the f32
+    workspace of partial sums, holds `split_k * tiles * bm * bn` floats and `counters`
+    `tiles` int32 zeros (`splitk_tiles`); the kernel leaves the counters at zero again."""
     act = dtypes.parse(act)
     if act.name not in ("f16", "bf16"):
         raise ValueError(f"activations must be f16 or bf16, got {act}")
-    out = tv.f32 if partial else act
 
     @tv.kernel(num_warps=1)
     def qmm(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
             scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
-            y: tv.ptr(out), M: tv.int32, N: tv.int32, K: tv.int32,
+            y: tv.ptr(act), ws: tv.ptr(tv.f32), counters: tv.ptr(tv.int32),
+            M: tv.int32, N: tv.int32, K: tv.int32,
             *, wdtype: DataType = tv.int4, group_size: int = 128, has_zeros: bool = False,
             bm: int = 16, bk: int = 32, num_warps: int = 1, split_k: int = 1,
             x_shared: bool = True, prefetch: int = 1, swap_ab: bool = False,
@@ -120,7 +122,6 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                          f"= {unroll * group_size // bk})")
         tv.static_assert(bm % (8 if swap_ab else 16) == 0,
                          f"bm={bm} must be a multiple of {8 if swap_ab else 16}")
-        tv.static_assert(partial or split_k == 1, "split_k > 1 writes partial sums")
         tv.static_assert(prefetch in (1, 2, 3, 4), f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         tv.static_assert(unroll >= 1, f"unroll is a number of groups, got {unroll}")
         bn = ATOM * num_warps
@@ -171,7 +172,7 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
             acc_layout = spatial(num_warps, 1) * local(2, bm // 8) * mma_m16n8k16_c()
         else:
             acc_shape = [bm, bn]
-            acc_layout = None
+            acc_layout = spatial(1, num_warps) * local(bm // 16, 4) * mma_m16n8k16_c()
 
         # The k-tile at row `k` (of this block's rows) of the operands fetched ahead into
         # registers: the weights, as each lane's bytes of its atoms, and with
@@ -247,19 +248,51 @@ def qmm_kernel(act: DataType | str = "f16", partial: bool = False) -> Kernel:
                 acc = acc + part * tv.cast(scale, tv.f32)
         if x_shared:
             tv.copy_async_wait(0)
-        # y (with partial: this split's slice of the workspace [split_k, M, Np])
-        row = Np if partial else N
-        offset = tv.block_idx(2) * M * Np if partial else 0
-        if swap_ab:  # acc is y^T
-            gy = tv.global_view(y, [N, M], strides=[1, row], offset=offset)
-            start = [n0, m0]
+        if split_k > 1:
+            # Split-K: each block parks its partial sums in the workspace, in its threads'
+            # register order (16-byte accesses), and counts itself in; the last of the
+            # tile's `split_k` blocks adds them all up and stores y (and sets the count
+            # back to zero for the next call).
+            threads = 32 * num_warps
+            regs = bm * bn // threads
+            flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)  # [1, 1, thread, reg]
+            tiles_n = tv.cdiv(N, bn)
+            tile = tv.block_idx(1) * tiles_n + tv.block_idx(0)
+            gws = tv.global_view(ws, [split_k, tiles_n * tv.cdiv(M, bm), threads, regs])
+            tv.store_global(gws, tv.view(acc, tv.f32, [1, 1, threads, regs], flat),
+                            [tv.block_idx(2), tile, 0, 0])
+            count = tv.global_view(counters, [tiles_n * tv.cdiv(M, bm)])
+            arrived = tv.atomic_add(count, [tile], 1)
+            if arrived == split_k - 1:
+                # In split order (the same sum whichever block is last), two splits at a
+                # time: all at once would hold split_k times the accumulator's registers.
+                total = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
+                for i in tv.range(0, split_k, unroll=2):
+                    part = tv.load_global(gws, [i, tile, 0, 0], [1, 1, threads, regs],
+                                          layout=flat)
+                    total = total + tv.view(part, tv.f32, acc_shape, acc_layout)
+                _store_y(y, total, act, swap_ab, M, N, n0, m0)
+                tv.store_global(count, tv.zeros([1], tv.int32), [tile])
         else:
-            gy = tv.global_view(y, [M, N], strides=[row, 1], offset=offset)
-            start = [m0, n0]
-        tv.store_global(gy, acc if partial else tv.cast(acc, act), start)
+            _store_y(y, acc, act, swap_ab, M, N, n0, m0)
 
-    qmm.name = f"qmm_{act.name}" + ("_partial" if partial else "")
+    qmm.name = f"qmm_{act.name}"
     return qmm
+
+
+def splitk_tiles(M: int, N: int, bm: int, num_warps: int) -> int:
+    """The output tiles of the streaming kernel: one split-K counter each, and
+    `split_k * bm * 32 * num_warps` floats of workspace each."""
+    return -(-M // bm) * -(-N // (ATOM * num_warps))
+
+
+def _store_y(y, acc, act, swap_ab: bool, M, N, n0, m0) -> None:
+    """Store the block's tile of y (`acc` is y^T with `swap_ab`), masked to M x N (a
+    compile-time helper of `qmm_kernel`)."""
+    if swap_ab:
+        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act), [n0, m0])
+    else:
+        tv.store_global(tv.global_view(y, [M, N]), tv.cast(acc, act), [m0, n0])
 
 
 def _ahead(fetch, bk: int, n: int) -> tuple:
@@ -276,37 +309,10 @@ def _shift(ahead: tuple, later) -> tuple:
     return (ahead[0], *filled, *[None] * (len(ahead) - len(filled)))
 
 
-@cache
-def splitk_sum_kernel(act: DataType | str = "f16") -> Kernel:
-    """`y[M, N] = act(sum over s of ws[s, M, :N])`: the split-K partial sums (workspace
-    `[split_k, M, Np]`, Np = N rounded up to 32), added in f32 and rounded once."""
-    act = dtypes.parse(act)
-
-    @tv.kernel(num_warps=4)
-    def splitk_sum(ws: tv.ptr(tv.f32, const=True), y: tv.ptr(act), M: tv.int32,
-                   N: tv.int32, *, split_k: int = 2, block: int = 1024):
-        tv.static_assert(block % 512 == 0, "block must be a multiple of 512")
-        Np = tv.cdiv(N, ATOM) * ATOM  # the workspace's rows are padded like the weights
-        tv.grid(tv.cdiv(N, block), M)
-        gw = tv.global_view(ws, [split_k, M, N], strides=[M * Np, Np, 1])
-        gy = tv.global_view(y, [M, N])
-        n0 = tv.block_idx(0) * block
-        m = tv.block_idx(1)
-        parts = tv.load_global(gw, [0, m, n0], [split_k, 1, block],
-                               layout=local(split_k, 1, block // 512).spatial(1, 1, 128)
-                               .local(1, 1, 4))
-        tv.store_global(gy, tv.cast(tv.sum(parts, 0), act), [m, n0])
-
-    splitk_sum.name = f"splitk_sum_{act.name}"
-    return splitk_sum
-
-
 # The kernels as module-level values, for `vmc compile kernels/qmm.py:qmm_f16 --set
 # wdtype=int3 --set split_k=4 ...` (inspecting the PTX, `--dump-after`, `--check`).
 qmm_f16 = qmm_kernel("f16")
 qmm_bf16 = qmm_kernel("bf16")
-qmm_f16_partial = qmm_kernel("f16", partial=True)
-splitk_sum_f16 = splitk_sum_kernel("f16")
 
 
 # ---- the weight format ---------------------------------------------------------------------

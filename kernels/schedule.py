@@ -3,8 +3,8 @@ the default choice.
 
 A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (one mma
 row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step (a multiple
-of 32 dividing the group size), `num_warps` warps, `split_k` blocks along K (their f32
-partial sums are added by `splitk_sum_kernel`), whether the activations go through
+of 32 dividing the group size), `num_warps` warps, `split_k` blocks along K (the last
+of them to finish adds their f32 partial sums), whether the activations go through
 shared memory (`x_shared`, two stages), how many k-tiles of weights are in flight
 (`prefetch`), how many scale groups one iteration of the main loop covers (`unroll`:
 with `unroll * group_size / bk` a multiple of `prefetch + 1` the registers in flight

@@ -24,7 +24,7 @@ from tilevm.kernels.qmm import (
     fragment_order,
     fragment_order_inverse,
     qmm_kernel,
-    splitk_sum_kernel,
+    splitk_tiles,
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule, staged
@@ -108,12 +108,12 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
         qmm_staged_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                            **constants)
         return y
-    if s.split_k == 1:
-        qmm_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, M, N, K, **constants)
-        return y
-    ws = np.full((s.split_k, M, padded_n(N)), np.nan, np.float32)
-    qmm_kernel("f16", True).interpret(x, qw.packed, qw.scales, zeros, ws, M, N, K, **constants)
-    splitk_sum_kernel("f16").interpret(ws, y, M, N, split_k=s.split_k)
+    tiles = splitk_tiles(M, N, s.bm, s.num_warps)
+    ws = np.full(s.split_k * tiles * s.bm * 32 * s.num_warps, np.nan, np.float32)
+    counters = np.zeros(tiles, np.int32)
+    qmm_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
+                                **constants)
+    assert not counters.any()  # left at zero for the next call
     return y
 
 
@@ -157,7 +157,7 @@ def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
 @pytest.mark.parametrize("wdtype", BENCH_TYPES)
 def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
     s = default_schedule(M, 12288, 4096, 128)
-    kernel = qmm_staged_kernel("f16") if s.staged else qmm_kernel("f16", s.split_k > 1)
+    kernel = qmm_staged_kernel("f16") if s.staged else qmm_kernel("f16")
     program = kernel.specialize(wdtype=dtypes.parse(wdtype), group_size=128, **s.constants())
     ptx = compile_program(program, arch).ptx
     report = ptxas.check_ptx(ptx, arch)[kernel.name]

@@ -475,10 +475,11 @@ def tile_unary(op: str, x: Tile) -> Tile:
     return Tile(ctx.builder.elementwise(op, src))
 
 
-def reduce_tile(op: str, x: Tile, dim: Any, keepdim: bool = False) -> Tile:
+def reduce_tile(op: str, x: Tile, dim: Any, keepdim: bool = False, layout: Any = None
+                ) -> Tile:
     src = x.require_register(f"{op} reduction")
     d = static_int(dim, f"the dimension of {op}")
     if not -x.ndim <= d < x.ndim:
         raise VMError(f"{op}: dimension {d} is out of range for a {x.ndim}-d tile")
     ctx = current(op)
-    return Tile(ctx.builder.reduce(op, src, d % x.ndim, bool(keepdim)))
+    return Tile(ctx.builder.reduce(op, src, d % x.ndim, bool(keepdim), layout))

@@ -573,6 +573,24 @@ class Interpreter:
             values = round_to(values, view.dtype)
         write_codes(buffer.mem, bitpos[mask], to_codes(values, view.dtype), view.dtype.bits)
 
+    def exec_atomic_add(self, inst: ins.AtomicAdd) -> None:
+        """`out = dst[offsets]; dst[offsets] += value` (int32, wrapping). Blocks run one
+        after another, so each block's step is atomic and sees every earlier block's."""
+        view = self._global(inst.dst)
+        buffer = view.buffer
+        if buffer.param.type.readonly:
+            self._fail(f"atomic_add through the readonly pointer {buffer.param.name} "
+                       f"({buffer.param.type})")
+        offsets = self._eval_offsets(inst.offsets, len(view.shape), "atomic_add")
+        mask, bitpos = self._global_elements(view, offsets, (1,) * len(view.shape))
+        if not mask.all():
+            self._fail(f"atomic_add: the element at {[int(o) for o in offsets]} is outside "
+                       f"{inst.dst} (shape {list(view.shape)})")
+        code = int(read_codes(buffer.mem, bitpos, 32)[0])  # two's complement
+        added = (code + self._eval_int(inst.value, "value")) % 2**32
+        write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
+        self.scalars[inst.out] = code - 2**32 if code >= 2**31 else code
+
     # ---- shared memory ------------------------------------------------------------------
     def _shared_tile(self, alloc: SharedAlloc, offsets: np.ndarray, tile: tuple[int, ...],
                      op: str) -> np.ndarray:

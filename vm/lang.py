@@ -39,7 +39,7 @@ from tilevm.vm.frontend_values import Scalar, Tile
 
 __all__ = [
     "kernel", "ptr", "grid", "range", "static_assert", "assume", "block_idx", "cdiv",
-    "global_view", "load_global", "store_global", "alloc_shared", "free_shared",
+    "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "full", "zeros", "view", "cast", "where", "sum", "max", "min", "maximum",
     "minimum", "dot", "annotate_layout", "print", "exp", "exp2", "log", "log2", "sqrt",
@@ -266,9 +266,16 @@ def min(x: Any, y: Any = None, /, *, dim: Any = None, keepdim: bool = False) -> 
     return _minmax("min", x, y, dim, keepdim)
 
 
-def sum(x: Any, dim: Any, keepdim: bool = False) -> Tile:
-    """Sum a register tile over `dim` (floats accumulate in f32)."""
-    return fv.reduce_tile("sum", _register(x, "tv.sum"), dim, keepdim)
+def sum(x: Any, dim: Any, keepdim: bool = False, layout: Any = None) -> Tile:
+    """Sum a register tile over `dim` (floats accumulate in f32); `layout` asks for the
+    result's layout (a `view` of the sum needs it)."""
+    t = _register(x, "tv.sum")
+    d = fv.static_int(dim, "the dimension of sum")
+    if layout is not None and -t.ndim <= d < t.ndim:  # (reduce_tile reports a bad dim)
+        shape = list(t.tensor.type.static_shape)
+        shape[d % t.ndim:d % t.ndim + 1] = [1] if keepdim else []
+        layout = _layout(layout, tuple(shape), MemorySpace.REGISTER, "tv.sum")
+    return fv.reduce_tile("sum", t, d, keepdim, layout)
 
 
 def maximum(a: Any, b: Any) -> Any:
@@ -370,6 +377,22 @@ def store_global(dst: Any, value: Any, offsets: Any) -> None:
     if v.ndim != t.ndim:
         raise VMError(f"tv.store_global: a {v.ndim}-d tile into a {t.ndim}-d tensor")
     b.store_global(t.tensor, v.tensor, _offsets(offsets, t.ndim, "tv.store_global"))
+
+
+def atomic_add(dst: Any, offsets: Any, value: Any = 1) -> Scalar:
+    """Once for the block, atomically against every other block: `old = dst[offsets];
+    dst[offsets] += value` on an int32 global tensor; returns `old` (the same in every
+    thread). A block's global writes before it are visible to the blocks whose
+    `atomic_add` on that element comes after it (`ir.instructions.AtomicAdd`): the last
+    of `n` blocks to count in (`old == n - 1`) may read what the others wrote."""
+    b = _builder("tv.atomic_add")
+    t = _tile(dst, "tv.atomic_add destination", MemorySpace.GLOBAL)
+    if t.dtype != _dtypes.parse("int32"):
+        raise VMError(f"tv.atomic_add needs an int32 tensor, got {t.dtype}")
+    if isinstance(value, Tile) or not (isinstance(value, Scalar) or fv.is_number(value)):
+        raise VMError(f"tv.atomic_add value must be an integer scalar, got {fv.describe(value)}")
+    return Scalar(b.atomic_add(t.tensor, _offsets(offsets, t.ndim, "tv.atomic_add"),
+                               fv.to_expr(value, "tv.atomic_add value")))
 
 
 # ---- shared memory -----------------------------------------------------------------------

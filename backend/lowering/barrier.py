@@ -14,9 +14,16 @@ if TYPE_CHECKING:
 
 
 def lower_sync(cg: KernelCodegen, inst: ins.Sync) -> None:
+    emit_barrier(cg)
+
+
+def emit_barrier(cg: KernelCodegen) -> None:
+    """`bar.sync 0`: every thread of the block waits here for the others (also used
+    inside other instructions' lowerings: reductions across warps, `atomic_add`)."""
     fn = cg.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
         cg.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0")
     cg.b.call(fn, [])
+
 
 def lower_annotate_layout(cg: KernelCodegen, inst: ins.AnnotateLayout) -> None:
     pass  # consumed by layout inference

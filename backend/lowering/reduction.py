@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import F32, I32, I64, convert_value, intrinsic, llvm_type
+from tilevm.backend.lowering.barrier import emit_barrier
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
 
@@ -200,12 +201,6 @@ def _function(cg: KernelCodegen, name: str, ty: ir.Type) -> ir.Function:
     return fn
 
 
-def _barrier(cg: KernelCodegen) -> None:
-    fn = cg.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
-        cg.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0")
-    cg.b.call(fn, [])
-
-
 def _reduce_through_shared(cg: KernelCodegen, inst: ins.Reduce, partial: list[ir.Value],
                            cross: list[tuple[int, int]], num_threads: int,
                            acc: DataType) -> list[ir.Value]:
@@ -234,7 +229,7 @@ def _reduce_through_shared(cg: KernelCodegen, inst: ins.Reduce, partial: list[ir
     tid = cg.tid
     for g, value in enumerate(partial):
         b.store(value, slot(g, tid))
-    _barrier(cg)
+    emit_barrier(cg)
     # The thread with every cross digit zeroed; partners add digit * radix.
     base = tid
     for r, n in cross:
@@ -245,6 +240,6 @@ def _reduce_through_shared(cg: KernelCodegen, inst: ins.Reduce, partial: list[ir
     result = [_tree(cg, inst.op, [b.load(slot(g, b.add(base, ir.Constant(I32, off))))
                                   for off in offsets], acc)
               for g in range(len(partial))]
-    _barrier(cg)
+    emit_barrier(cg)
     assert math.prod(n for _, n in cross) == len(offsets)
     return result

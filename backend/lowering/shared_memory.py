@@ -87,6 +87,16 @@ def shared_base(cg: KernelCodegen) -> ir.GlobalVariable:
     return gv
 
 
+def shared_scratch(cg: KernelCodegen) -> ir.Value:
+    """A pointer to the plan's 16 bytes of scratch in the dynamic buffer (a program with
+    an instruction that needs it has them)."""
+    offset = _plan(cg).scratch_offset
+    if offset is None:
+        raise cg.fail(f"{cg.inst.opname if cg.inst else 'this'} needs shared scratch, which "
+                      "the shared-memory plan did not reserve")
+    return cg.b.gep(shared_base(cg), [ir.Constant(I32, offset)], source_etype=I8)
+
+
 def _allocation(cg: KernelCodegen, tensor: Tensor) -> tuple[Allocation, SharedLayout]:
     alloc = _plan(cg).allocations.get(tensor.name)
     layout = tensor.layout

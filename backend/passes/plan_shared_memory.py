@@ -10,7 +10,11 @@ each `alloc_shared` tensor a byte offset such that
   the buffer offset `offset + b` equals `offset + swizzle(b)`, as `SharedLayout` means);
 - tensors that may be live at the same time never share a byte;
 - `total_bytes` (a multiple of 16) covers every tensor: it is the size of the dynamic
-  shared memory a launch must ask for (`CompiledKernel.shared_bytes`).
+  shared memory a launch must ask for (`CompiledKernel.shared_bytes`);
+- a program with an `atomic_add` gets `scratch_offset`: 16 bytes past every tensor,
+  through which an instruction hands one thread's value to the block (a static shared
+  variable instead would sit before the dynamic buffer and push its aligned start up
+  to `base_align` bytes, 4 KB for some swizzles).
 
 Layout of a tensor created without one: `swizzled(shape, dtype)` when the tile is 2-D with
 rows of at least 16 bytes (the swizzle of `ldmatrix_swizzle`: 16-byte chunks move within
@@ -44,7 +48,7 @@ from dataclasses import dataclass
 
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import For, If, Program, Seq
-from tilevm.ir.transform import map_tensors
+from tilevm.ir.transform import instructions, map_tensors
 from tilevm.ir.types import MemorySpace, Tensor
 from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
 
@@ -81,6 +85,7 @@ class SharedPlan:
     allocations: dict[str, Allocation]  # by tensor name
     total_bytes: int
     base_align: int  # the buffer's start must be aligned to this (max allocation align)
+    scratch_offset: int | None = None  # 16 bytes for block-wide hand-overs, if needed
 
     def offset(self, name: str) -> int:
         return self.allocations[name].offset
@@ -177,5 +182,8 @@ def shared_plan(program: Program) -> SharedPlan:
         placed.append(Allocation(name, layout, offset, size, align, start, end))
     total = max((a.offset + a.size for a in placed), default=0)
     total = -(-total // MIN_ALIGN) * MIN_ALIGN
+    scratch = None
+    if any(isinstance(i, ins.AtomicAdd) for i in instructions(program.body)):
+        scratch, total = total, total + MIN_ALIGN
     return SharedPlan({a.name: a for a in placed}, total,
-                      max((a.align for a in placed), default=MIN_ALIGN))
+                      max((a.align for a in placed), default=MIN_ALIGN), scratch)
