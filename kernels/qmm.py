@@ -35,7 +35,8 @@ many rows; the schedule picks the kernel and its tile sizes):
   by the `cast`.
 
 Requirements the format and the runtime enforce (`tv.assume`, checked before launch):
-K is a multiple of `unroll * group_size * split_k` and of 32; N is any width (the format
+K is a multiple of `unroll * group_size` (the split-K blocks take whole chunks of that
+many rows, `split_k` at most K / chunk) and of 32; N is any width (the format
 pads it to a multiple of 32, `Np`; the store is masked); `bk` is a multiple of 32
 dividing `group_size` (a k-tile never straddles two scale groups), and with the
 two-stage pipeline of activations the main loop's `unroll * group_size / bk` k-tiles
@@ -125,7 +126,8 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(prefetch in (1, 2, 3, 4), f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         tv.static_assert(unroll >= 1, f"unroll is a number of groups, got {unroll}")
         bn = ATOM * num_warps
-        tv.assume(K % (unroll * group_size * split_k) == 0)
+        chunk = unroll * group_size  # rows of K per iteration of the main loop
+        tv.assume(K % chunk == 0)
         tv.assume(K % ATOM == 0)
         Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
 
@@ -133,8 +135,12 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         n0 = tv.block_idx(0) * bn
         m0 = tv.block_idx(1) * bm
         atom_n0 = tv.block_idx(0) * num_warps
-        k_len = K // split_k
-        k_begin = tv.block_idx(2) * k_len
+        # Split z takes chunks [z * C / split_k, (z + 1) * C / split_k) of the C = K / chunk
+        # (rounded down: splits differ by at most one chunk, so any split_k <= C fits and
+        # the tuner may pick one that fills a whole number of waves).
+        chunks = K // chunk
+        k_begin = tv.block_idx(2) * chunks // split_k * chunk
+        k_len = (tv.block_idx(2) + 1) * chunks // split_k * chunk - k_begin
         # Weights and activations are viewed from this block's first row of K on, and
         # end at its last: a k-tile fetched ahead past the block's rows is masked (it
         # reads nothing) instead of reading the next split's weights.
@@ -201,7 +207,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
             xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
             tv.copy_async(xs[0], gx, [m0, 0])
             tv.copy_async_commit()
-        for c0 in tv.range(0, k_len, unroll * group_size):
+        for c0 in tv.range(0, k_len, chunk):
             for gi in range(unroll):  # unrolled: group gi of the chunk
                 g0 = c0 + gi * group_size if gi else c0
                 part = tv.zeros(acc_shape, tv.f32, layout=acc_layout)

@@ -71,7 +71,7 @@ class Schedule:
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
-        if K % (group_size * self.split_k * self.unroll):
+        if K % (group_size * self.unroll) or self.split_k > K // (group_size * self.unroll):
             return False
         if self.bm % (8 if self.swap_ab else 16):
             return False
@@ -123,6 +123,8 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     if M > 256:
         return found  # the streaming kernel was slower at every type (bench/results)
     splits = (1, 2, 4, 8, 16) if M <= 64 else (1,)  # prefill has blocks enough
+    if M <= 16:  # a split need not divide the groups: 6 filled the GPU best on some
+        splits = (1, 2, 4, 6, 8, 16)  # decode layers (70B qkv M = 16: 8% over 4 or 8)
     if M <= 16:
         for warps in (2, 4):
             for split in splits:

@@ -138,6 +138,9 @@ def _tolerance(x, qw, ref) -> float:
     ("f6e3m2", False, Schedule(bm=16, swap_ab=True, prefetch=2, x_shared=False), 17, 40),
     ("int2", False, Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=4, split_k=2), 1,
      32),
+    # 8 groups in 3 splits (3, 3, 2 groups), and 8 groups in 8 splits of one each
+    ("int4", False, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=3), 2, 64),
+    ("uint4", True, Schedule(num_warps=2, split_k=8, x_shared=False), 5, 40),
     ("int4", False, staged(32, 32, 4, 2, 3), 40, 72),  # 2 x 2 warps, ragged M and N
     ("uint3", True, staged(64, 64, 4, 2, 2), 17, 64),
     ("f6e3m2", False, staged(32, 32, 2, 1, 4), 33, 96),
@@ -190,10 +193,13 @@ def test_schedules_fit_the_problem(M, N, K, g):
     assert len(found) <= 20  # the first call compiles and times each (<= 20 s in all)
 
 
-def test_unroll_takes_whole_groups_per_split_and_even_stages():
-    # K = 1024, g = 64: 16 groups; unroll 2 x split 4 = 8 groups per step
+def test_splits_take_whole_chunks_of_unroll_groups_and_stages_are_even():
+    # K = 1024, g = 64: 16 groups, 8 chunks of unroll = 2 groups; a split takes whole
+    # chunks, as many as it gets (6 chunks in 4 splits: 1, 2, 1, 2)
     assert Schedule(unroll=2, split_k=4).fits(1024, 64)
-    assert not Schedule(unroll=2, split_k=4).fits(1024 - 64 * 4, 64)  # 12 groups
+    assert Schedule(unroll=2, split_k=4).fits(1024 - 64 * 4, 64)
+    assert not Schedule(unroll=2, split_k=16).fits(1024, 64)  # more splits than chunks
+    assert not Schedule(unroll=2).fits(1024 - 64, 64)  # 15 groups: no whole chunks
     # one 64-row k-tile per group: the two activation stages need unroll 2
     assert not Schedule(bk=64).fits(1024, 64)
     assert Schedule(bk=64, unroll=2).fits(1024, 64)
@@ -201,7 +207,7 @@ def test_unroll_takes_whole_groups_per_split_and_even_stages():
     s = Schedule(bm=8, bk=64, num_warps=2, split_k=4, swap_ab=True)
     assert schedule.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
                                                       swap_ab=True, prefetch=3, unroll=2)
-    assert schedule.deepen(s, 4096 + 512, 128) == s  # 9 groups per split: odd
+    assert schedule.deepen(s, 4096 + 128, 128) == s  # 33 groups: no whole chunks of 2
     assert default_schedule(1, 12288, 4096, 128).prefetch == 3
     assert default_schedule(16, 12288, 4096, 128).prefetch == 1  # registers at 16 rows
 
@@ -292,6 +298,7 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
+                               Schedule(bm=8, swap_ab=True, num_warps=2, split_k=3),  # uneven
                                Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=3),
                                Schedule(bm=8, swap_ab=True, split_k=4, prefetch=3),
                                Schedule(bm=16, bk=64, num_warps=4, swap_ab=True, prefetch=3,
