@@ -123,8 +123,11 @@ def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
     if M > 256:
         return found  # the streaming kernel was slower at every type (bench/results)
     splits = (1, 2, 4, 8, 16) if M <= 64 else (1,)  # prefill has blocks enough
-    if M <= 16:  # a split need not divide the groups: 6 filled the GPU best on some
-        splits = (1, 2, 4, 6, 8, 16)  # decode layers (70B qkv M = 16: 8% over 4 or 8)
+    if 8 < M <= 16:  # a split need not divide the groups: at 16 rows 6 filled the GPU
+        # best on some layers (H100 int4, 70B qkv: 8% over 4 or 8) and 16 never won; up
+        # to 8 rows 16 won for odd widths on 70B qkv and down. (Both everywhere: 18
+        # candidates, a first call of 21.7 s for f6e3m2, over the 20 s budget.)
+        splits = (1, 2, 4, 6, 8)
     if M <= 16:
         for warps in (2, 4):
             for split in splits:
