@@ -676,21 +676,23 @@ def check_store_global(ctx: Context, inst: ins.StoreGlobal) -> None:
     dst = use(ctx, inst.dst, "dst", (G,))
     src = use(ctx, inst.src, "src", (R,))
     offsets = _check_offsets(ctx, inst.offsets, dst)
+    _check_writable(ctx, dst)
+    _check_tile(ctx, src, dst, offsets, False, "store")
+
+
+def _check_writable(ctx: Context, dst: Tensor) -> None:
+    """A global tensor written to must not view a `const` pointer parameter."""
     ptr = ctx.view_ptr.get(dst.name)
     if ptr is not None and ptr.type.readonly:
-        _fail(f"store_global: store to read-only parameter {ptr.name} (declared "
+        _fail(f"{ctx.op}: store to read-only parameter {ptr.name} (declared "
               f"{ptr.type}) through %{dst.name}")
-    _check_tile(ctx, src, dst, offsets, False, "store")
 
 
 def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
     dst = use(ctx, inst.dst, "dst", (G,))
     if dst.type.dtype != INT32:
         _fail(f"atomic_add: %{dst.name} is {dst.type.dtype}; atomic_add works on int32")
-    ptr = ctx.view_ptr.get(dst.name)
-    if ptr is not None and ptr.type.readonly:
-        _fail(f"atomic_add: %{dst.name} views read-only parameter {ptr.name} (declared "
-              f"{ptr.type})")
+    _check_writable(ctx, dst)
     _check_offsets(ctx, inst.offsets, dst)
     value = check_int_expr(ctx, inst.value, "value")
     if value.bits > 32:

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tilevm.kernels.qmm import qmm_kernel, splitk_tiles
+from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
@@ -121,8 +121,7 @@ def _splitk_buffers(device: Any, M: int, N: int, s: Schedule) -> tuple[Any, Any]
     ws, counters = _splitk.get(key, (None, None))
     if s.split_k == 1:  # the kernel reads neither: any pointers do
         return (ws, counters) if ws is not None else _splitk_grow(key, 1, 1)
-    tiles = splitk_tiles(M, N, s.bm, s.num_warps)
-    floats = s.split_k * tiles * s.bm * 32 * s.num_warps
+    floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
     if ws is None or ws.numel() < floats or counters.numel() < tiles:
         ws, counters = _splitk_grow(key, floats, tiles)
     return ws, counters

@@ -98,7 +98,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
 
     `ws` and `counters` serve `split_k > 1` only (any pointers otherwise): `ws`, the f32
     workspace of partial sums, holds `split_k * tiles * bm * bn` floats and `counters`
-    `tiles` int32 zeros (`splitk_tiles`); the kernel leaves the counters at zero again."""
+    `tiles` int32 zeros (`splitk_sizes`); the kernel leaves the counters at zero again."""
     act = dtypes.parse(act)
     if act.name not in ("f16", "bf16"):
         raise ValueError(f"activations must be f16 or bf16, got {act}")
@@ -263,11 +263,12 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
             regs = bm * bn // threads
             flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)  # [1, 1, thread, reg]
             tiles_n = tv.cdiv(N, bn)
+            tiles = tiles_n * tv.cdiv(M, bm)
             tile = tv.block_idx(1) * tiles_n + tv.block_idx(0)
-            gws = tv.global_view(ws, [split_k, tiles_n * tv.cdiv(M, bm), threads, regs])
+            gws = tv.global_view(ws, [split_k, tiles, threads, regs])
             tv.store_global(gws, tv.view(acc, tv.f32, [1, 1, threads, regs], flat),
                             [tv.block_idx(2), tile, 0, 0])
-            count = tv.global_view(counters, [tiles_n * tv.cdiv(M, bm)])
+            count = tv.global_view(counters, [tiles])
             arrived = tv.atomic_add(count, [tile], 1)
             if arrived == split_k - 1:
                 # In split order (the same sum whichever block is last), two splits at a
@@ -286,10 +287,12 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
     return qmm
 
 
-def splitk_tiles(M: int, N: int, bm: int, num_warps: int) -> int:
-    """The output tiles of the streaming kernel: one split-K counter each, and
-    `split_k * bm * 32 * num_warps` floats of workspace each."""
-    return -(-M // bm) * -(-N // (ATOM * num_warps))
+def splitk_sizes(M: int, N: int, bm: int, num_warps: int, split_k: int) -> tuple[int, int]:
+    """(f32 elements of `ws`, int32 elements of `counters`) that `qmm_kernel` needs for
+    split-K: one counter per output tile, and `split_k` tiles of `bm * 32 * num_warps`
+    partial sums per tile."""
+    tiles = -(-M // bm) * -(-N // (ATOM * num_warps))
+    return split_k * tiles * bm * ATOM * num_warps, tiles
 
 
 def _store_y(y, acc, act, swap_ab: bool, M, N, n0, m0) -> None:

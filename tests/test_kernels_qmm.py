@@ -24,7 +24,7 @@ from tilevm.kernels.qmm import (
     fragment_order,
     fragment_order_inverse,
     qmm_kernel,
-    splitk_tiles,
+    splitk_sizes,
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule, staged
@@ -108,8 +108,8 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
         qmm_staged_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                            **constants)
         return y
-    tiles = splitk_tiles(M, N, s.bm, s.num_warps)
-    ws = np.full(s.split_k * tiles * s.bm * 32 * s.num_warps, np.nan, np.float32)
+    floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
+    ws = np.full(floats, np.nan, np.float32)
     counters = np.zeros(tiles, np.int32)
     qmm_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
                                 **constants)
