@@ -81,6 +81,8 @@ class KernelCodegen:
         self.pointers: dict[str, ir.Value] = {}
         self.tensors: dict[str, Any] = {}
         self.carried: set[str] = set()
+        self.uses_wgmma = uses_wgmma(program)  # (shared writes are fenced at each sync)
+        self.wgmma = InFlight(program) if self.uses_wgmma else None
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
             if isinstance(param, Pointer):
@@ -95,6 +97,8 @@ class KernelCodegen:
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
         self.lower_seq(self.program.body)
+        if self.wgmma is not None:
+            self.wgmma.before(self, None)
         self.b.ret_void()
         return self.module
 
@@ -119,6 +123,8 @@ class KernelCodegen:
         for stmt in seq.body:
             if isinstance(stmt, ins.Instruction):
                 self.inst = stmt
+                if self.wgmma is not None:
+                    self.wgmma.before(self, stmt)
                 lower = LOWERINGS.get(stmt.opname)
                 if lower is None:
                     raise self.fail(f"{stmt.opname} is not supported by the GPU backend yet")
@@ -131,9 +137,12 @@ class KernelCodegen:
             elif isinstance(stmt, AssignVar):
                 self.b.store(self.expr(stmt.value, stmt.var.dtype), self.scalars[stmt.var.name])
             elif isinstance(stmt, For):
+                self._paths_join()
                 self.lower_for(stmt)
+                self._paths_join()
             elif isinstance(stmt, If):
                 cond = self.expr(stmt.cond)
+                self._paths_join()
                 if stmt.else_body is None:
                     with self.b.if_then(cond):
                         self.lower_seq(stmt.then_body)
@@ -141,10 +150,18 @@ class KernelCodegen:
                     with self.b.if_else(cond) as (then, otherwise):
                         with then:
                             self.lower_seq(stmt.then_body)
+                        self._paths_join()
                         with otherwise:
                             self.lower_seq(stmt.else_body)
+                self._paths_join()
             elif isinstance(stmt, Seq):
                 self.lower_seq(stmt)
+
+    def _paths_join(self) -> None:
+        """Control flow joins or forks here: what compile-time state assumed about
+        in-flight wgmmas along one path no longer holds."""
+        if self.wgmma is not None:
+            self.wgmma.settled = False
 
     def lower_for(self, loop: For) -> None:
         ty = llvm_type(loop.var.dtype)
@@ -164,6 +181,8 @@ class KernelCodegen:
         self.b.position_at_end(body)
         self.scalars[loop.var.name] = i
         self.lower_seq(loop.body)
+        if self.wgmma is not None:  # none in flight round the back edge (see wgmma.py)
+            self.wgmma.before(self, None)
         self.b.store(self.b.add(self.b.load(slot), step), slot)
         self.b.branch(head)
         self.b.position_at_end(done)
@@ -282,9 +301,18 @@ class KernelCodegen:
 
     def _stored(self, tensor: Tensor) -> list[ir.Value]:
         value = self.tensors[tensor.name]
-        if tensor.name in self.carried:
-            return [self.b.load(slot) for slot in value]
-        return value
+        values = [self.b.load(slot) for slot in value] if tensor.name in self.carried \
+            else value
+        if self.wgmma is not None:  # (results of wgmmas in flight: wait first)
+            waited = self.wgmma.read(self, tensor, values)
+            if waited is not values:
+                if tensor.name in self.carried:
+                    for slot, v in zip(value, waited):
+                        self.b.store(v, slot)
+                else:
+                    self.tensors[tensor.name] = waited
+            values = waited
+        return values
 
     def _store(self, tensor: Tensor, values: list[ir.Value]) -> None:
         if tensor.name in self.carried:
@@ -375,4 +403,5 @@ from tilevm.backend.lowering.bitcast import (  # noqa: E402
     pack_words,
     to_bits,
 )
+from tilevm.backend.lowering.wgmma import InFlight, uses_wgmma  # noqa: E402
 

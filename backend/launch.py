@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tilevm.backend import cache, pipeline, runtime
+from tilevm.backend import cache, pipeline, runtime, target
 from tilevm.backend.device_array import DeviceArray
 from tilevm.ir.printer import format_program
 from tilevm.ir.stmt import Program
@@ -36,8 +36,9 @@ _LOADED: dict[str, runtime.Kernel] = {}  # modules loaded in this process, by ca
 
 
 def compiled_kernel(program: Program, arch: str | None = None) -> runtime.Kernel:
-    """The loaded kernel of `program` for `arch` (default: the current device's)."""
-    arch = arch or runtime.device_arch()
+    """The loaded kernel of `program` for `arch` (default: the current device's,
+    `target.native_arch`)."""
+    arch = arch or target.native_arch(runtime.device_arch())
     key = cache.CacheKey(format_program(program), arch)
     digest = key.digest()
     if digest not in _LOADED:

@@ -26,7 +26,10 @@ from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_
 from tilevm.backend.passes.select_instructions import select_instructions
 from tilevm.backend.passes.vectorize_memory import vectorize_memory
 from tilevm.backend.passes.verify import verify
+from tilevm.ir.errors import VMError
+from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import Program
+from tilevm.ir.transform import instructions
 
 PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
     ("verify", verify),
@@ -67,7 +70,17 @@ def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> Comp
     """Program -> PTX for `arch` (see the module docstring)."""
     target.target(arch)  # an unknown arch fails before any work
     lowered = run_passes(program)
+    _check_arch(lowered, arch)
     llvm_ir = str(codegen.generate(lowered))
     ptx = target.emit_ptx(llvm_ir, arch, opt)
     return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads,
                           shared_plan(lowered).total_bytes)
+
+
+def _check_arch(program: Program, arch: str) -> None:
+    """Instructions that exist on some architectures only: a clear error at their line."""
+    for inst in instructions(program.body):
+        if inst.lowering is not None and inst.lowering.name == "wgmma" and arch != "sm_90a":
+            raise VMError(f"dot with a shared b lowers to wgmma (Hopper's warpgroup MMA), "
+                          f"which needs --arch sm_90a; compiling for {arch}",
+                          format_instruction(inst), inst.loc)

@@ -33,6 +33,13 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def native_arch(device_arch: str) -> str:
+    """The arch to compile for on a device of `device_arch`: its own, with the
+    architecture-specific features (`a`) where the device has them (sm_90 -> sm_90a:
+    wgmma; PTX for sm_90a loads only on sm_90 devices, which is where it runs)."""
+    return f"{device_arch}a" if f"{device_arch}a" in TARGETS else device_arch
+
+
 class TargetError(ValueError):
     """An unknown architecture, or LLVM refusing a module."""
 

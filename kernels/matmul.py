@@ -32,7 +32,8 @@ from typing import Any
 
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
-from tilevm.kernels.schedule import Schedule, candidates, default_schedule
+from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+from tilevm.kernels.schedule import SPACE_VERSION, Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
@@ -57,8 +58,8 @@ def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None =
     if M == 0:
         return out
     if schedule is None:
-        schedule = tuned_schedule(x2, qw) if tune else default_schedule(M, N, K,
-                                                                        qw.group_size)
+        schedule = tuned_schedule(x2, qw) if tune else default_schedule(
+            M, N, K, qw.group_size, hopper=is_hopper(x2.device))
     _launch(x2, qw, out.view(M, N), schedule)
     return out
 
@@ -86,7 +87,7 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
     M = x.shape[0]
     zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
     qmm = _qmm(qw, s)
-    if s.staged:
+    if s.staged or s.wgmma:
         qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
         return
     ws, counters = _splitk_buffers(x.device, M, N, s)
@@ -102,7 +103,8 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     loaded = _kernels.get(key)
     if loaded is None:
         act, wdtype, group_size, has_zeros, _ = key
-        kernel = qmm_staged_kernel(act) if s.staged else qmm_kernel(act)
+        kernel = qmm_staged_kernel(act) if s.staged else \
+            qmm_wgmma_kernel(act) if s.wgmma else qmm_kernel(act)
         loaded = _kernels[key] = _load(kernel, wdtype=wdtype,
                                        group_size=group_size, has_zeros=has_zeros,
                                        **s.constants())
@@ -160,10 +162,23 @@ def _gpu_name(device_index: int) -> str:
     return torch.cuda.get_device_name(device_index).replace("|", "/")
 
 
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(device_index)
+
+
+def is_hopper(device: Any) -> bool:
+    """Whether the device runs sm_90a code (wgmma): compute capability 9.0, for which
+    kernels are compiled as sm_90a (`backend.target.native_arch`)."""
+    return _capability(device.index if device.index is not None else 0) == (9, 0)
+
+
 def tuning_key(x: Any, qw: QuantizedWeight) -> str:
     K, N = qw.shape
     gpu = _gpu_name(x.device.index if x.device.index is not None else 0)
-    return (f"{gpu}|{qw.dtype}|g{qw.group_size}|{qw.scale_dtype}|"
+    return (f"v{SPACE_VERSION}|{gpu}|{qw.dtype}|g{qw.group_size}|{qw.scale_dtype}|"
             f"z{int(qw.zeros is not None)}|M{m_bucket(x.shape[0])}|N{N}|K{K}")
 
 
@@ -199,7 +214,7 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
 
     K, N = qw.shape
     M = x.shape[0]
-    todo = candidates(M, N, K, qw.group_size)
+    todo = candidates(M, N, K, qw.group_size, hopper=is_hopper(x.device))
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
     start = time.perf_counter()

@@ -1,5 +1,5 @@
-"""The schedule space of the quantized matmul (`kernels.qmm`, `kernels.qmm_staged`) and
-the default choice.
+"""The schedule space of the quantized matmul (`kernels.qmm`, `kernels.qmm_staged`,
+`kernels.qmm_wgmma`) and the default choice.
 
 A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (one mma
 row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step (a multiple
@@ -15,13 +15,16 @@ the tensor-core work and accumulator registers. Those are the streaming kernel's
 registers: decode). `staged` selects the kernel for many rows (`kernels.qmm_staged`:
 `warps_m x num_warps / warps_m` warps of `bm / warps_m` rows and 32 columns, every
 operand through `stages` shared-memory buffers: prefill); it takes none of `split_k`,
-`x_shared`, `prefetch`, `unroll` and `swap_ab`.
+`x_shared`, `prefetch`, `unroll` and `swap_ab`. `wgmma` selects the prefill kernel for
+Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
+rows, x^T through `stages` shared buffers read by wgmma; `bk` 64 or 32); it takes `bm`,
+`bk`, `num_warps` (whole warpgroups) and `stages`.
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
 when `N / 32` warps are too few), the smallest tile rows that cover M, up to 8 rows
 three k-tiles of weights in flight (`deepen`); the staged kernel from `STAGED_FROM`
-rows on.
+rows on, or on Hopper (`hopper=True`: sm_90a code runs) the wgmma kernel.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
+# The version of the schedule space, part of the tuning table's keys: bumped when the
+# candidates change (2: the wgmma kernel), so problems tuned over an older space are
+# tuned again instead of keeping a winner among fewer kernels.
+SPACE_VERSION = 2
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -45,13 +52,20 @@ class Schedule:
     warps_m: int = 1
     stages: int = 2
     unroll: int = 1
+    wgmma: bool = False
 
     def __post_init__(self) -> None:
-        if self.staged and (self.split_k, self.x_shared, self.prefetch, self.swap_ab,
-                            self.unroll) != (1, True, 1, False, 1):
-            raise ValueError(f"a staged schedule takes bm, bk, num_warps, warps_m and "
-                             f"stages only, got {self!r}")
-        if not self.staged and (self.warps_m, self.stages) != (1, 2):
+        if self.staged and self.wgmma:
+            raise ValueError(f"a schedule selects one kernel, staged or wgmma: {self!r}")
+        many_rows = self.staged or self.wgmma
+        if many_rows and (self.split_k, self.x_shared, self.prefetch, self.swap_ab,
+                          self.unroll) != (1, True, 1, False, 1):
+            raise ValueError(f"a {'staged' if self.staged else 'wgmma'} schedule takes bm, "
+                             f"bk, num_warps{', warps_m' if self.staged else ''} and stages "
+                             f"only, got {self!r}")
+        if self.wgmma and self.warps_m != 1:
+            raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
+        if not many_rows and (self.warps_m, self.stages) != (1, 2):
             raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
 
     def constants(self) -> dict[str, int | bool]:
@@ -59,8 +73,11 @@ class Schedule:
         if self.staged:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         warps_m=self.warps_m, stages=self.stages)
+        if self.wgmma:
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        stages=self.stages)
         table = asdict(self)
-        for name in ("staged", "warps_m", "stages"):
+        for name in ("staged", "warps_m", "stages", "wgmma"):
             del table[name]
         return table
 
@@ -68,6 +85,9 @@ class Schedule:
         """Whether the kernel's requirements hold for this K and group size."""
         if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
+        if self.wgmma:
+            return self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0 \
+                and 8 <= self.bm <= 256 and 2 <= self.stages <= 6
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
@@ -78,6 +98,8 @@ class Schedule:
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
     def __str__(self) -> str:
+        if self.wgmma:
+            return f"wgmma bm={self.bm} bk={self.bk} warps={self.num_warps} stages={self.stages}"
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -101,6 +123,18 @@ def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Sched
     return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
+# The Hopper kernel's tilings worth timing (bm, num_warps, stages), from H100 sweeps at
+# M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and gate_up): one warpgroup of 128 rows
+# with 2 stages was best (fewest registers: 128 accumulators per thread), 3 stages or
+# two warpgroups within 5-15% and best on some layers; 64- and 96-row tiles lost 10-30%.
+WGMMA_TILES = ((128, 4, 2), (128, 4, 3), (128, 8, 4))
+
+
+def wgmma(bm: int, num_warps: int, stages: int, group_size: int) -> Schedule:
+    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`)."""
+    return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages)
+
+
 def row_tiles(M: int) -> tuple[int, ...]:
     """Values of `bm` worth trying for M rows."""
     if M <= 16:
@@ -110,15 +144,21 @@ def row_tiles(M: int) -> tuple[int, ...]:
     return (32, 64)
 
 
-def candidates(M: int, N: int, K: int, group_size: int) -> list[Schedule]:
-    """The schedules the tuner times for this problem (all fit it). Measured on an H100
-    and an H200 (bench/results): 64-row k-tiles win whenever the group allows the
-    pipelines with them; up to 8 rows the swapped kernel won at every type; weights
-    three k-tiles ahead (`deepen`) win on wide layers and lose a few percent on some
-    small ones (fewer warps fit: more registers)."""
+def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
+               ) -> list[Schedule]:
+    """The schedules the tuner times for this problem (all fit it); `hopper`: the GPU
+    runs sm_90a code (wgmma). Measured on an H100 and an H200 (bench/results): 64-row
+    k-tiles win whenever the group allows the pipelines with them; up to 8 rows the
+    swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
+    layers and lose a few percent on some small ones (fewer warps fit: more registers);
+    from 4096 rows on an H100 the wgmma kernel beat the staged one at every type
+    measured (by 1.3 to 1.8x), so there it is the only one timed."""
     bk = k_tile(group_size)
     found = []
-    if M > 64:
+    if M > 64 and hopper:
+        found += [s for s in (wgmma(*t, group_size) for t in WGMMA_TILES)
+                  if s.fits(K, group_size)]
+    if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:
         return found  # the streaming kernel was slower at every type (bench/results)
@@ -172,11 +212,15 @@ def swap_rows(M: int) -> int:
 
 
 def default_schedule(M: int, N: int, K: int, group_size: int,
-                     sms: int = SMS_H100) -> Schedule:
+                     sms: int = SMS_H100, *, hopper: bool = False) -> Schedule:
     """A good schedule without timing anything (see the module docstring)."""
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
     # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
     # block; prefill 4 warps (128 columns) per block for wide layers.
+    if M >= STAGED_FROM and hopper:
+        tile = wgmma(*WGMMA_TILES[0], group_size)
+        if tile.fits(K, group_size):
+            return tile
     if M >= STAGED_FROM:
         for tile in (staged(*t) for t in STAGED_TILES[:2]):
             if tile.fits(K, group_size):

@@ -167,6 +167,23 @@ class SharedLayout:
     def with_swizzle(self, swizzle: Swizzle | None) -> SharedLayout:
         return SharedLayout(self.shape, self.strides, self.element_bits, swizzle)
 
+    def permute(self, dims: Sequence[int]) -> SharedLayout:
+        """The same bytes with the dimensions reordered: dimension `i` of the result is
+        dimension `dims[i]` of this layout, so element `c` of the result is element
+        `c'` here with `c'[dims[i]] = c[i]`.
+
+        `swizzled([bm, bk], f16).permute((1, 0))` is a `[bk, bm]` tile whose dimension 0
+        is contiguous: the transposed view of the same swizzled bytes. The swizzle acts on
+        byte addresses, not on coordinates, so it is kept as it is.
+        """
+        dims = _int_tuple(dims, "permute dims")
+        if sorted(dims) != list(range(self.rank)):
+            raise LayoutError(f"permute dims {dims} are not a permutation of "
+                              f"{tuple(range(self.rank))} (the layout has rank {self.rank})")
+        return SharedLayout(tuple(self.shape[d] for d in dims),
+                            tuple(self.strides[d] for d in dims), self.element_bits,
+                            self.swizzle)
+
     def recast(self, new_bits: DTypeLike) -> SharedLayout:
         """The same bytes seen as `new_bits`-bit elements; the last dimension is rescaled.
 

@@ -20,7 +20,10 @@ from tilevm.ir.expr import Binary, Const, Var
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
+from tilevm.ir.types import MemorySpace, Pointer, PointerType, Tensor, TensorType
 from tilevm.layouts import local
+from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
+from tilevm.layouts.swizzle import Swizzle
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INT32 = tv.int32
@@ -62,14 +65,14 @@ def test_every_machine_decision_of_the_quantized_matmul_is_in_the_ir(wdtype):
     x_copy = next(i for i in copies if i.src.name == "gx")
     # whole: K % group_size == 0 and k0 % 32 == 0, so no chunk straddles the edge K
     assert x_copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16,
-                                           whole=True)
+                                           whole=True, dim=1)
     # N % 8 == 0 (the example's assume) makes a row of weights N*b/8 bytes, a multiple of
     # 4 bytes for b = 4 (cp.async of 4-byte chunks) but only of 3 for b = 3: no chunk of
     # 4+ bytes is provably aligned, so threads copy bytes (the dump shows which).
     w_copy = next(i for i in copies if i.src.name == "gw")
     if wdtype == "int4":
         assert w_copy.lowering == ins.lowering("cp_async", cache="ca", elements=4, bytes=4,
-                                               whole=True)
+                                               whole=True, dim=1)
     elif wdtype == "int3":
         assert w_copy.lowering == ins.lowering("load_store")
 
@@ -197,9 +200,88 @@ def test_a_chunk_the_edge_cannot_cut_is_whole(multiple, whole):
     program = run_passes(stage_rows.specialize(multiple=multiple))
     copy = next(i for i in instructions(program.body) if isinstance(i, ins.CopyAsync))
     assert copy.lowering == ins.lowering("cp_async", cache="cg", elements=8, bytes=16,
-                                         whole=whole)
+                                         whole=whole, dim=1)
     ptx = compile_program(program, "sm_80").ptx
     assert ("min.s64" in ptx) != whole  # the count of elements left, only when cut
+
+
+# ---- copy_async along another dimension than the last -----------------------------------
+
+SHARED_KERNELS = load_module(Path(__file__).resolve().parent / "kernels" / "shared_kernels.py")
+
+
+def _copy_lowering(program, after: str) -> ins.Lowering:
+    for name, run in PASSES:
+        program = run(program)
+        if name == after:
+            break
+    return next(i for i in instructions(program.body) if isinstance(i, ins.CopyAsync)).lowering
+
+
+@pytest.mark.parametrize("constants, chunk, selected", [
+    # x[M, K] seen transposed (strides [1, ld], ld % 8 == 0) into a [bk, bm] tile with
+    # shared strides (1, bk): 16-byte chunks along dimension 0, with and without the
+    # swizzle of the transposed 128-byte-row tile; the edge K may cut them unless 8 | K.
+    ({}, ins.lowering("chunk", elements=8, bytes=16, dim=0),
+     ins.lowering("cp_async", cache="cg", elements=8, bytes=16, whole=False, dim=0)),
+    ({"swizzle": False}, ins.lowering("chunk", elements=8, bytes=16, dim=0),
+     ins.lowering("cp_async", cache="cg", elements=8, bytes=16, whole=False, dim=0)),
+    ({"multiple": 8}, ins.lowering("chunk", elements=8, bytes=16, dim=0),
+     ins.lowering("cp_async", cache="cg", elements=8, bytes=16, whole=True, dim=0)),
+    # x's row stride K, of unknown alignment: no chunk is provable in any dimension.
+    ({"aligned": False}, ins.lowering("elementwise"), ins.lowering("load_store")),
+])
+def test_a_transposed_copy_is_chunked_along_dimension_0(constants, chunk, selected):
+    program = SHARED_KERNELS.transposed_stage.specialize(**constants)
+    assert _copy_lowering(program, "vectorize_memory") == chunk
+    assert _copy_lowering(program, "select_instructions") == selected
+
+
+def _view(*strides: int | str) -> ins.GlobalView:
+    """A global view of f16 with these strides (ints, or names of runtime values)."""
+    exprs = tuple(Const(s, INT32) if isinstance(s, int) else Var(s, INT32) for s in strides)
+    out = Tensor("g", TensorType(MemorySpace.GLOBAL, tv.f16, tuple(Var(f"n{i}", INT32)
+                                                                    for i in range(len(strides)))))
+    return ins.GlobalView(out=out, ptr=Pointer("p", PointerType(tv.f16)),
+                          offset=Const(0, INT32), strides=exprs)
+
+
+COLS = swizzled((64, 64), "f16").permute((1, 0))  # dim 0 contiguous, 16-byte swizzle unit
+
+
+@pytest.mark.parametrize("layout, strides, offsets, divisors, expected", [
+    (COLS, (1, "K"), (0, 0), {"K": 8}, (8, 0)),
+    (COLS, (1, "K"), (0, 0), {"K": 2}, (2, 0)),  # rows of x only 4-byte aligned
+    (COLS, (1, "K"), ("k0", 0), {"K": 8, "k0": 4}, (4, 0)),  # tile offset along dim 0
+    (COLS, (1, "K"), (0, 0), {}, None),
+    (COLS, ("K", 1), (0, 0), {"K": 8}, None),  # contiguous in different dimensions
+    (COLS.with_swizzle(Swizzle(3, 3, 3)), (1, "K"), (0, 0), {"K": 8}, (4, 0)),  # 8-byte unit
+    (SharedLayout((4, 64), (1, 8), 16), (1, "K"), (0, 0), {"K": 8}, (4, 0)),  # extent 4
+    (row_major((32, 64), "f16"), ("N", 1), (0, 0), {"N": 8}, (8, 1)),  # the last dim first
+    # a middle dimension: contiguous in both memories while the last one is not
+    (SharedLayout((2, 16, 8), (128, 1, 16), 16), ("S", 1, "T"), (0, 0, 0),
+     {"S": 8, "T": 8}, (8, 1)),
+])
+def test_copy_chunk_picks_the_dimension_contiguous_in_both_memories(
+        layout, strides, offsets, divisors, expected):
+    from tilevm.backend.passes.vectorize_memory import copy_chunk
+
+    offs = tuple(Const(o, INT32) if isinstance(o, int) else Var(o, INT32) for o in offsets)
+    assert copy_chunk(ProgramPoint(divisors=divisors), layout, _view(*strides), offs) == expected
+
+
+def test_a_chunk_dimension_prints_parses_back_and_defaults_to_the_last():
+    program = run_passes(SHARED_KERNELS.transposed_stage.specialize())
+    text = format_program(program)
+    assert "cp_async(cache='cg', elements=8, bytes=16, whole=False, dim=0)" in text
+    again = parse_program(text)
+    assert [i.lowering for i in instructions(again.body)] == \
+        [i.lowering for i in instructions(program.body)]
+    # IR printed before chunks had a dimension: the last one, as then.
+    rows = format_program(run_passes(stage_rows.specialize(multiple=8)))
+    assert rows.count(", dim=1)") == 1
+    old = parse_program(rows.replace(", dim=1)", ")"))
+    assert str(codegen.generate(old)) == str(codegen.generate(parse_program(rows)))
 
 
 def test_a_dot_on_unsupported_inputs_fails_at_its_line():

@@ -277,6 +277,8 @@ COMPILED = [
     (k.async_copy_f16, {"aligned": False}), (k.async_copy_f32, {"aligned": False}),
     (k.async_copy_f16, {"bm": 128, "bn": 128}),
     (k.roundtrip_f16, {}), (k.roundtrip_f32, {}), (k.roundtrip_int8, {}),
+    (k.transposed_stage, {}), (k.transposed_stage, {"swizzle": False}),
+    (k.transposed_stage, {"aligned": False}),
 ]
 
 
@@ -328,6 +330,43 @@ def test_copy_async_chunks():
     assert "cp.async.ca.shared.global" in ptx and ", 4, " in ptx
     ptx = _ptx(k.async_copy_f16, aligned=False)
     assert "cp.async.ca" not in ptx and "cp.async.cg" not in ptx and "st.shared.b16" in ptx
+
+
+def test_transposed_copy_async_is_16_byte_chunks_along_dimension_0():
+    """x[M, K] seen transposed into a tile whose dimension 0 is contiguous (the transpose
+    of the swizzled [bm, bk] tile, or of the row-major one): every copy is a 16-byte
+    `cp.async.cg` (8 f16 of one row of x), with zero fill past M."""
+    for swizzle in (True, False):
+        ptx = _ptx(k.transposed_stage, swizzle=swizzle)
+        copies = re.findall(r"cp\.async\.\w+\.shared\.global(?:\.\w+)* \[[^]]+\], \[[^]]+\], (\d+)",
+                            ptx)
+        assert copies and set(copies) == {"16"}, swizzle
+        assert "cp.async.ca" not in ptx
+        assert ("xor.b32" in ptx) == swizzle
+    # x's row stride is only K: no chunk is provable, threads copy f16 elements.
+    ptx = _ptx(k.transposed_stage, aligned=False)
+    assert "cp.async.cg" not in ptx and "cp.async.ca" not in ptx and "st.shared.b16" in ptx
+
+
+def _transposed(x: np.ndarray, M: int, K: int, bm: int) -> np.ndarray:
+    """x[:M, :K]^T with zero columns up to M rounded up to bm."""
+    want = np.zeros((K, -(-M // bm) * bm), x.dtype)
+    want[:, :M] = x[:M, :K].T
+    return want
+
+
+@pytest.mark.parametrize("constants", [{}, {"swizzle": False}, {"aligned": False}])
+@pytest.mark.parametrize("M, K", [(64, 64), (70, 100), (5, 200), (130, 9)])
+def test_transposed_copy_async_interprets_as_the_transpose(constants, M, K):
+    """The interpreter (the reference the GPU tests compare against) on the same kernel:
+    ragged M reads zeros, ragged K is cut off."""
+    rng = np.random.default_rng(M * K)
+    aligned = constants.get("aligned", True)
+    ld8 = -(-K // 8) + 1
+    x = _random(rng, (M, ld8 * 8 if aligned else K), np.float16)
+    y = np.full((K, -(-M // 64) * 64), np.nan, np.float16)
+    k.transposed_stage.interpret(x, y, M, K, ld8, **constants)
+    assert np.array_equal(y, _transposed(x, M, K, 64))
 
 
 def test_more_than_48_kib_of_shared_memory():
@@ -392,6 +431,23 @@ def test_gpu_copy_with_more_than_48_kib_of_shared_memory():
     got, expected = run_both(k.async_copy_f16, [x, np.zeros_like(x), M, N, N // 8],
                               {"bm": 128, "bn": 128})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("constants", [{}, {"swizzle": False}, {"aligned": False},
+                                       {"multiple": 8}])
+@pytest.mark.parametrize("M, K", [(64, 64), (128, 256), (70, 100), (5, 200), (130, 9)])
+def test_gpu_transposed_copy_async_matches_numpy(constants, M, K):
+    if constants.get("multiple", 1) == 8:
+        K = -(-K // 8) * 8  # the kernel assumes 8 | K: every chunk whole
+    rng = np.random.default_rng(M + K)
+    aligned = constants.get("aligned", True)
+    ld8 = -(-K // 8) + 1
+    x = _random(rng, (M, ld8 * 8 if aligned else K), np.float16)
+    y = np.full((K, -(-M // 64) * 64), np.nan, np.float16)  # poisoned: zeros must be written
+    got, expected = run_both(k.transposed_stage, [x, y, M, K, ld8], constants)
+    assert np.array_equal(_bits(got[1]), _bits(expected[1]))
+    assert np.array_equal(got[1], _transposed(x, M, K, 64))
 
 
 _ROUNDTRIPS = {"f16": (k.roundtrip_f16, np.float16), "f32": (k.roundtrip_f32, np.float32),

@@ -27,7 +27,14 @@ from tilevm.kernels.qmm import (
     splitk_sizes,
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
-from tilevm.kernels.schedule import Schedule, candidates, default_schedule, staged
+from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+from tilevm.kernels.schedule import (
+    Schedule,
+    candidates,
+    default_schedule,
+    staged,
+    wgmma,
+)
 from tilevm.kernels.weights import FRAGMENTS, pack_weights, padded_n, quantize
 
 BENCH_TYPES = ("int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2", "uint3",
@@ -104,9 +111,9 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
     constants = dict(wdtype=qw.dtype, group_size=qw.group_size,
                      has_zeros=qw.zeros is not None, **s.constants())
     y = np.full((M, N), np.nan, np.float16)
-    if s.staged:
-        qmm_staged_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
-                                           **constants)
+    if s.staged or s.wgmma:
+        kernel = qmm_staged_kernel("f16") if s.staged else qmm_wgmma_kernel("f16")
+        kernel.interpret(x, qw.packed, qw.scales, zeros, y, M, N, K, **constants)
         return y
     floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
     ws = np.full(floats, np.nan, np.float32)
@@ -145,6 +152,9 @@ def _tolerance(x, qw, ref) -> float:
     ("uint3", True, staged(64, 64, 4, 2, 2), 17, 64),
     ("f6e3m2", False, staged(32, 32, 2, 1, 4), 33, 96),
     ("int8", False, staged(48, 32, 3, 3, 5), 50, 104),  # K = 512: not whole 5-tile rounds
+    ("int4", False, wgmma(32, 4, 2, 128), 40, 200),  # wgmma: ragged M and N
+    ("uint3", True, wgmma(16, 4, 3, 64), 17, 64),  # 64-byte rows of x (bk = 32)
+    ("f6e3m2", False, wgmma(8, 8, 5, 128), 9, 264),  # two warpgroups, K = 512 in 5s
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -305,8 +315,15 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                         unroll=2),
                                Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=2),
                                staged(128, 64, 8, 2, 2), staged(64, 32, 4, 1, 4),
-                               staged(48, 32, 3, 3, 5)])
+                               staged(48, 32, 3, 3, 5), wgmma(128, 4, 2, 128),
+                               wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32)])
 def test_gpu_schedules_and_zero_points(s):
+    import torch
+
+    from tilevm.kernels.matmul import is_hopper
+
+    if s.wgmma and not is_hopper(torch.device("cuda")):
+        pytest.skip("the wgmma kernel runs on sm_90 GPUs only")
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
 
@@ -359,3 +376,25 @@ def test_vmc_compiles_the_library_kernel(tmp_path, capsys):
     assert ".entry qmm_f16" in ptx and "mma.sync.aligned.m16n8k16" in ptx
     assert main(["compile", str(source), "--arch", "sm_90", "-o", str(out)]) != 0
     assert "name one" in capsys.readouterr().err  # four kernels: the user picks one
+
+
+def test_wgmma_schedules():
+    s = wgmma(128, 4, 2, 128)
+    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2}
+    assert str(s) == "wgmma bm=128 bk=64 warps=4 stages=2"
+    assert wgmma(128, 4, 2, 32).bk == 32 and wgmma(128, 4, 2, 32).fits(4096, 32)
+    assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
+    assert not Schedule(264, 64, 4, wgmma=True, stages=2).fits(4096, 128)  # wgmma's N
+    with pytest.raises(ValueError, match="wgmma schedule takes"):
+        Schedule(128, 64, 4, wgmma=True, split_k=2)
+    with pytest.raises(ValueError, match="one kernel"):
+        Schedule(128, 64, 4, wgmma=True, staged=True)
+    # Prefill on Hopper: the wgmma kernel only (it beat the staged one at every type
+    # measured); elsewhere the staged kernel; the default follows.
+    found = candidates(4096, 12288, 4096, 128, hopper=True)
+    assert found and all(c.wgmma for c in found)
+    assert not any(c.wgmma for c in candidates(4096, 12288, 4096, 128))
+    assert any(c.wgmma for c in candidates(256, 12288, 4096, 128, hopper=True))
+    assert default_schedule(4096, 12288, 4096, 128, hopper=True).wgmma
+    assert default_schedule(4096, 12288, 4096, 128).staged
+    assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tilevm import dtypes
 from tilevm.layouts.errors import LayoutError
+from tilevm.layouts.expression import parse_layout
 from tilevm.layouts.shared_layout import (
     SharedLayout,
     bank_conflicts,
@@ -270,6 +271,49 @@ def test_recast_errors():
     with pytest.raises(LayoutError, match="split between two chunks"):
         swizzled((8, 64), "f16").recast(32).with_swizzle(Swizzle(3, 1, 3))
     assert row_major((64, 64), "f16").recast(4) == row_major((64, 256), 4)
+
+
+# ---- permute -----------------------------------------------------------------------------
+
+
+@st.composite
+def permuted(draw):
+    layout = draw(shared_layouts())
+    return layout, tuple(draw(st.permutations(range(layout.rank))))
+
+
+@given(permuted())
+def test_permute_keeps_every_element_at_its_bits(case):
+    layout, dims = case
+    out = layout.permute(dims)
+    assert out.shape == tuple(layout.shape[d] for d in dims)
+    assert (out.element_bits, out.swizzle) == (layout.element_bits, layout.swizzle)
+    for coord in coords_of(out.shape):
+        source = [0] * layout.rank
+        for i, d in enumerate(dims):
+            source[d] = coord[i]
+        assert out.offset_bits(coord) == offset_bits_oracle(layout, tuple(source))
+    assert np.array_equal(out.all_offset_bits(), np.transpose(layout.all_offset_bits(), dims))
+    assert out.size_bytes == layout.size_bytes
+    assert out.permute(tuple(np.argsort(dims))) == layout  # and back
+
+
+def test_permute_of_a_swizzled_tile_is_its_transpose():
+    rows = swizzled((64, 64), "f16")  # 128-byte rows, Swizzle(3, 4, 3)
+    cols = rows.permute((1, 0))
+    assert cols == SharedLayout((64, 64), (1, 64), 16, rows.swizzle)
+    assert np.array_equal(cols.all_offset_bytes(), rows.all_offset_bytes().T)
+    assert column_major((8, 4), 8).permute((1, 0)) == row_major((4, 8), 8)
+    assert parse_layout("swizzled((64, 64), 'f16').permute((1, 0))") == cols  # text syntax
+
+
+def test_permute_errors():
+    layout = row_major((2, 3, 4), "f16")
+    for dims in [(0, 1), (0, 1, 1), (0, 1, 3), (0, 1, 2, 3), (-1, 0, 1)]:
+        with pytest.raises(LayoutError, match="not a permutation"):
+            layout.permute(dims)
+    with pytest.raises(LayoutError, match="must hold ints"):
+        layout.permute((0, 1.0, 2))
 
 
 # ---- ldmatrix bank groups ----------------------------------------------------------------

@@ -651,6 +651,20 @@ class Interpreter:
             values = round_to(values, out.dtype)
         self._set(out, values.reshape(tile))
 
+    def _read_whole_shared(self, t: Tensor) -> np.ndarray:
+        """The values of a whole shared tile read by the block as one (a `dot` operand the
+        tensor cores read in place): any write since the last sync is a race."""
+        alloc = self._shared(t)
+        tile = t.type.static_shape
+        offsets = np.zeros(len(tile), dtype=np.int64)
+        bitpos = self._shared_tile(alloc, offsets, tile, t.name)
+        if self.check_uninitialized:
+            self._check_initialized(alloc, bitpos, offsets, tile)
+        if self.check_races:
+            self._track(alloc, bitpos, None, offsets, tile, write=False)
+        return decode_codes(read_codes(alloc.mem, bitpos, alloc.bits),
+                            t.dtype).reshape(tile)
+
     def exec_store_shared(self, inst: ins.StoreShared) -> None:
         """`dst[offsets + i] = src[i]`."""
         alloc = self._shared(inst.dst)
@@ -726,14 +740,14 @@ class Interpreter:
         fresh = ~alloc.init[alloc.units(bitpos)].all(axis=-1)
         if fresh.any():
             element = self._element_name(alloc, int(np.argmax(fresh)), offsets, tile)
-            self._fail(f"load_shared reads {element}, which was never written (shared "
+            self._fail(f"{self._inst.opname} reads {element}, which was never written (shared "
                        "memory is undefined until written)")
 
     def _who(self, thread: int, site: int) -> str:
         if thread >= 0:
             return f"thread {thread}"
-        if self._sites[site].opname == "copy_async":
-            return "copy_async (the whole block)"
+        if self._sites[site].opname in ("copy_async", "dot"):
+            return f"{self._sites[site].opname} (the whole block)"
         return "an unknown thread (the register tile has no layout)"
 
     def _track(self, alloc: SharedAlloc, bitpos: np.ndarray, layout: RegisterLayout | None,
@@ -950,7 +964,9 @@ class Interpreter:
 
     def exec_dot(self, inst: ins.Dot) -> None:
         """`out = a @ b + c` with float32 accumulation (see the module docstring)."""
-        a, b, c = self._reg(inst.a), self._reg(inst.b), self._reg(inst.c)
+        a, c = self._reg(inst.a), self._reg(inst.c)
+        b = self._reg(inst.b) if inst.b.space is MemorySpace.REGISTER else \
+            self._read_whole_shared(inst.b)
         out = inst.out
         check_register_dtype(out.dtype, str(out))
         if a.ndim != 2 or b.ndim != 2 or c.ndim != 2 or a.shape[1] != b.shape[0] or \

@@ -546,9 +546,16 @@ def where(cond: Any, x: Any, y: Any) -> Any:
 
 
 def dot(a: Any, b: Any, c: Any = None, *, layout: Any = None) -> Tile:
-    """`a @ b + c` (c defaults to f32 zeros): products and sums in f32."""
+    """`a @ b + c` (c defaults to f32 zeros): products and sums in f32.
+
+    `b` may be a whole shared tile instead of a register tile: the tensor cores then read
+    it from shared memory themselves (`wgmma` on sm_90a; see docs/language.md)."""
     builder = _builder("tv.dot")
-    ta, tb = _register(a, "tv.dot a"), _register(b, "tv.dot b")
+    ta = _register(a, "tv.dot a")
+    if isinstance(b, Tile) and b.space is MemorySpace.SHARED:
+        tb = b
+    else:
+        tb = _register(b, "tv.dot b (a register or shared tile)")
     if ta.ndim != 2 or tb.ndim != 2:
         raise VMError(f"tv.dot multiplies 2-d tiles, got shapes {list(ta.shape)} and "
                       f"{list(tb.shape)}")

@@ -1,5 +1,9 @@
 """Lowering of block-level synchronization and layout hints: `sync`,
-`annotate_layout`."""
+`annotate_layout`.
+
+`sync` is `bar.sync 0`; in a program whose `dot`s read shared memory with wgmma it is
+preceded by `fence.proxy.async.shared::cta`, which makes the thread's shared-memory
+writes visible to the tensor cores' reads (the async proxy)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,13 @@ if TYPE_CHECKING:
 
 
 def lower_sync(cg: KernelCodegen, inst: ins.Sync) -> None:
+    if cg.uses_wgmma:
+        # wgmma reads shared memory through the async proxy: each thread's writes (its
+        # st.shared and finished cp.async) are fenced to it before the barrier
+        # publishes them to the other threads.
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []),
+                           "fence.proxy.async.shared::cta;", "", side_effect=True)
+        cg.b.call(asm, [])
     emit_barrier(cg)
 
 

@@ -37,8 +37,9 @@ _F32, _I32 = parse("f32"), parse("int32")
 _PTX_TYPE = {"f16": "f16", "bf16": "bf16", "int8": "s8", "uint8": "u8"}
 
 
-def _split(cg: KernelCodegen, inst: ins.Dot, name: str, layout: RegisterLayout,
-           fragment: RegisterLayout, wanted: RegisterLayout | None) -> RegisterLayout:
+def split_fragments(cg: KernelCodegen, name: str, layout: RegisterLayout,
+                    fragment: RegisterLayout, wanted: RegisterLayout | None
+                    ) -> RegisterLayout:
     """X with `layout == X * fragment`, or a clear error."""
     try:
         return divide(layout, fragment)
@@ -78,7 +79,7 @@ def _plan(cg: KernelCodegen, xa: RegisterLayout, xb: RegisterLayout, xc: Registe
     return plan
 
 
-def _operand_registers(cg: KernelCodegen, tensor: Tensor) -> list[ir.Value]:
+def operand_registers(cg: KernelCodegen, tensor: Tensor) -> list[ir.Value]:
     """The 32-bit mma registers of each fragment of an operand, concatenated: 8-bit
     operands already live packed (pass `lower_bit_packing`) in exactly this order."""
     if is_packed(tensor.dtype):
@@ -116,10 +117,16 @@ def _mma_asm(shape: tuple[int, int, int], dtype: DataType, n_a: int, n_b: int,
 
 
 def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
-    a, b, c, out = inst.a, inst.b, inst.c, inst.out
-    dtype = a.dtype
+    """`dot` as its chosen instruction: `mma_sync` here, `wgmma` (b in shared memory) in
+    wgmma.py."""
+    if inst.lowering is not None and inst.lowering.name == "wgmma":
+        from tilevm.backend.lowering.wgmma import lower_wgmma_dot
+
+        return lower_wgmma_dot(cg, inst)
     if inst.lowering is None or inst.lowering.name != "mma_sync":
         raise cg.fail("dot has no chosen instruction (run the select_instructions pass)")
+    a, b, c, out = inst.a, inst.b, inst.c, inst.out
+    dtype = a.dtype
     (fm, fn, fk), frag_a, frag_b, frag_c = MMA_INSTRUCTIONS[dtype]
     (m, k), n = a.type.static_shape, b.type.static_shape[1]
     if m % fm or n % fn or k % fk:
@@ -133,17 +140,17 @@ def lower_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
                       "conversion not supported yet")
     wanted = dot_layouts(m, n, k, dtype, cg.program.num_threads) or (None, None, None)
     fa, fb, fc = frag_a(), frag_b(), frag_c()
-    xa = _split(cg, inst, f"a %{a.name}", la, fa, wanted[0])
-    xb = _split(cg, inst, f"b %{b.name}", lb, fb, wanted[1])
-    xc = _split(cg, inst, f"c %{c.name}", lc, fc, wanted[2])
+    xa = split_fragments(cg, f"a %{a.name}", la, fa, wanted[0])
+    xb = split_fragments(cg, f"b %{b.name}", lb, fb, wanted[1])
+    xc = split_fragments(cg, f"c %{c.name}", lc, fc, wanted[2])
     plan = _plan(cg, xa, xb, xc, k // fk)
 
     integer = not dtype.is_float
     acc_dtype = _I32 if integer else _F32
     n_a = fa.local_size * dtype.bits // 32
     n_b = fb.local_size * dtype.bits // 32
-    a_words = _operand_registers(cg, a)
-    b_words = _operand_registers(cg, b)
+    a_words = operand_registers(cg, a)
+    b_words = operand_registers(cg, b)
     mma = _mma_asm((fm, fn, fk), dtype, n_a, n_b, integer)
     c_vals = [convert_value(cg.b, v, c.dtype, acc_dtype) for v in cg.register_values(c)]
     result: list[ir.Value] = list(c_vals)

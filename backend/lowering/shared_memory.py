@@ -25,14 +25,17 @@ lane `i` supplies the address of row `i % 8` of matrix `i // 8`, computed like e
 other access (thread part of the address layout + a constant per instruction, then the
 swizzle), and each returned 32-bit register is split into its two 16-bit halves.
 
-`copy_async`: the tile is cut into chunks of `C` consecutive elements of the last
-dimension (16 bytes when alignment is provable in shared and global memory, else 8 or
-4), distributed round-robin over the block's threads (chunk `tid + k * threads`). A
-16-byte chunk is `cp.async.cg.shared.global [dst], [src], 16, src_bytes`, 8/4-byte
-chunks `cp.async.ca` (NVVM intrinsics `llvm.nvvm.cp.async.{cg,ca}.shared.global.N.s`);
-`src_bytes` is 0 for a chunk outside the global tensor (zero fill) and the number of
-bytes inside at a ragged edge of the last dimension. When no chunk of 4+ bytes can be
-proven aligned, each thread copies elements with plain loads and stores (done at once).
+`copy_async`: the tile is cut into chunks of `C` consecutive elements along the
+lowering's `dim` (contiguous in both memories: the last dimension, or e.g. dimension 0
+of a transposed staging copy; 16 bytes when alignment is provable in shared and global
+memory, else 8 or 4), numbered with `dim` varying fastest (so a warp's chunks are
+contiguous in global memory) and distributed round-robin over the block's threads
+(chunk `tid + k * threads`). A 16-byte chunk is `cp.async.cg.shared.global [dst],
+[src], 16, src_bytes`, 8/4-byte chunks `cp.async.ca` (NVVM intrinsics
+`llvm.nvvm.cp.async.{cg,ca}.shared.global.N.s`); `src_bytes` is 0 for a chunk outside
+the global tensor (zero fill) and the number of bytes inside at a ragged edge of `dim`.
+When no chunk of 4+ bytes can be proven aligned, each thread copies elements with plain
+loads and stores (done at once), in row-major order.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from tilevm.backend.lowering.global_memory import (
 )
 from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, ldmatrix_form
 from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
+from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import Expr
 from tilevm.ir.types import Tensor
@@ -97,7 +101,7 @@ def shared_scratch(cg: KernelCodegen) -> ir.Value:
     return cg.b.gep(shared_base(cg), [ir.Constant(I32, offset)], source_etype=I8)
 
 
-def _allocation(cg: KernelCodegen, tensor: Tensor) -> tuple[Allocation, SharedLayout]:
+def allocation(cg: KernelCodegen, tensor: Tensor) -> tuple[Allocation, SharedLayout]:
     alloc = _plan(cg).allocations.get(tensor.name)
     layout = tensor.layout
     if alloc is None or not isinstance(layout, SharedLayout):
@@ -130,7 +134,7 @@ def _to_i32(cg: KernelCodegen, value: ir.Value) -> ir.Value:
 # ---- alloc / free -----------------------------------------------------------------------------
 
 def lower_alloc_shared(cg: KernelCodegen, inst: ins.AllocShared) -> None:
-    _allocation(cg, inst.out)  # the plan placed it; nothing happens at run time
+    allocation(cg, inst.out)  # the plan placed it; nothing happens at run time
 
 
 def lower_free_shared(cg: KernelCodegen, inst: ins.FreeShared) -> None:
@@ -143,7 +147,7 @@ def _register_access(cg: KernelCodegen, inst: ins.LoadShared | ins.StoreShared,
                      shared: Tensor, tile: Tensor, offsets: tuple[Expr, ...]
                      ) -> tuple[SharedLayout, int, list[ir.Value]]:
     """(layout, vector width, the shared pointer of each group of `width` registers)."""
-    alloc, layout = _allocation(cg, shared)
+    alloc, layout = allocation(cg, shared)
     reg = cg.layout_of(tile)
     width = vector_elements(cg, inst)
     elem = layout.element_bits // 8
@@ -174,7 +178,7 @@ def _ldmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
 def _load_ldmatrix(cg: KernelCodegen, inst: ins.LoadShared,
                    choice: LdmatrixChoice) -> list[ir.Value]:
     """The tile's registers through `ldmatrix` (see `ldmatrix_select`)."""
-    alloc, layout = _allocation(cg, inst.src)
+    alloc, layout = allocation(cg, inst.src)
     b, elem, addresses = cg.b, layout.element_bits // 8, choice.addresses
     scale = [ROW_ELEMENTS if d == choice.col_dim else 1 for d in range(layout.rank)]
     base = _i32(alloc.offset)
@@ -273,7 +277,7 @@ def _each_item(cg: KernelCodegen, count: int, body) -> None:
 
 
 def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
-    alloc, layout = _allocation(cg, inst.dst)
+    alloc, layout = allocation(cg, inst.dst)
     view = cg.tensors[inst.src.name]
     ty = llvm_type(inst.dst.dtype)
     elem = layout.element_bits // 8
@@ -285,26 +289,33 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
     n = form["elements"] if form.name == "cp_async" else 0
     whole = form.name == "cp_async" and form["whole"]
     per = n or 1  # elements per item: a chunk, or one element for the plain fallback
-    grid = shape[:-1] + (shape[-1] // per,)
+    dim = chunk_dim(form, len(shape))
+    # Items are numbered with `dim` varying fastest, so consecutive threads take
+    # consecutive chunks of one run along `dim`: a warp's copies read contiguous global
+    # bytes (coalesced) whichever dimension the chunks run along.
+    order = [d for d in range(len(shape)) if d != dim] + [dim]
+    grid = tuple(shape[d] // per if d == dim else shape[d] for d in order)
     b = cg.b
     gofs = [cg.i64(o) for o in inst.offsets]
 
     def item(index: ir.Value) -> None:
-        coords = _unravel(cg, index, grid)
-        coords[-1] = b.mul(coords[-1], _i32(per))
+        by_dim = dict(zip(order, _unravel(cg, index, grid), strict=True))
+        coords = [by_dim[d] for d in range(len(shape))]
+        coords[dim] = b.mul(coords[dim], _i32(per))
         # destination: the swizzled buffer offset of the item's first element
         byte = _i32(alloc.offset)
         for c, s in zip(coords, layout.strides):
             if s:
                 byte = b.add(byte, b.mul(c, _i32(s * elem)))
         dst = _swizzled_ptr(cg, layout, byte)
-        # source: global coordinates, rows in bounds, elements left in the last dimension
+        # source: global coordinates, the other dimensions in bounds, elements left
+        # along the chunk's dimension
         inside, gindex = ir.Constant(ir.IntType(1), 1), view.offset
         left = ir.Constant(I64, per)
         for d, (c, o) in enumerate(zip(coords, gofs)):
             g = b.add(o, b.zext(c, I64))
             low = b.icmp_signed(">=", g, ir.Constant(I64, 0))
-            if d < len(coords) - 1:
+            if d != dim:
                 inside = b.and_(inside, b.and_(low, b.icmp_signed("<", g, view.shape[d])))
             else:
                 rest = b.sub(view.shape[d], g)

@@ -7,7 +7,8 @@ by `annotate_layout`) are kept.
 First, backward: the operands a, b, c of a `dot` whose shapes and dtype fit a
 tensor-core instruction (`MMA_INSTRUCTIONS`) ask for the mma fragment tilings of
 `dot_layouts` (a tensor feeding several `dot`s gets the request of the first, in program
-order). A request passes back through `cast`, `elementwise` and `where` to their
+order); a `dot` whose b is a shared tile asks for `wgmma_layouts` for a and c. A
+request passes back through `cast`, `elementwise` and `where` to their
 operands of the same shape, and through `assign` between its two tensors (so the tile a
 loop carries as c, and its initial `full`, get the C tiling). Tensors whose layout the
 user gave (type or annotation) are not asked.
@@ -262,6 +263,31 @@ def dot_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
     return a, b, c
 
 
+#: Input dtypes of `dot` with a shared b (wgmma with A in registers).
+WGMMA_DTYPES = (parse("f16"), parse("bf16"))
+
+
+def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
+                  ) -> tuple[RegisterLayout, RegisterLayout] | None:
+    """The register layouts (a, c) of a `dot` whose b is a shared tile (wgmma), or None
+    when they do not fit: the block's `W` warps (whole warpgroups) split the rows, each
+    holding `m / (16 W)` whole rows of fragments (all `n / 8` C fragments of a row, the
+    `k / 16` A fragments of it):
+
+        c = spatial(W, 1) * local(m / 16W, n / 8) * C
+        a = spatial(W, 1) * local(m / 16W, k / 16) * A
+
+    Row `s` of the 4 warps of a warpgroup is its `s`-th wgmma (backend/lowering/wgmma.py).
+    """
+    warps = num_threads // 32
+    if dtype not in WGMMA_DTYPES or num_threads % 128 or m % (16 * warps) or n % 8 \
+            or n > 256 or k % 16:
+        return None
+    rows = m // (16 * warps)
+    return (spatial(warps, 1) * local(rows, k // 16) * mma_m16n8k16_a(),
+            spatial(warps, 1) * local(rows, n // 8) * mma_m16n8k16_c())
+
+
 def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
               num_threads: int) -> dict[str, RegisterLayout]:
     """The layout each tensor's first consumer that needs one asks for (see the module
@@ -283,9 +309,14 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
     for inst in insts:
         if isinstance(inst, ins.Dot):
             (m, k), n = inst.a.type.static_shape, inst.b.type.static_shape[1]
-            layouts = dot_layouts(m, n, k, inst.a.dtype, num_threads)
+            if inst.b.space is MemorySpace.SHARED:  # wgmma: only a and c in registers
+                operands = (inst.a, inst.c)
+                layouts = wgmma_layouts(m, n, k, inst.a.dtype, num_threads)
+            else:
+                operands = (inst.a, inst.b, inst.c)
+                layouts = dot_layouts(m, n, k, inst.a.dtype, num_threads)
             if layouts is not None:
-                for t, layout in zip((inst.a, inst.b, inst.c), layouts):
+                for t, layout in zip(operands, layouts):
                     want(t, layout)
     for _ in range(2):  # an assign's tensors share one layout, either side asking
         for inst in insts:

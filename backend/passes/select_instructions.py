@@ -10,18 +10,21 @@ recorded form:
   `ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (N = 4 where the register count
   allows, else 2, else 1; `.trans` when a register's two halves run along the rows).
   Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
-- `copy_async` in 16-byte chunks: `lowering=cp_async(cache='cg', elements=W, bytes=16)`
-  (`cp.async.cg.shared.global`, bypassing L1); 8- and 4-byte chunks:
-  `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); `whole=True` when the
-  last dimension's extent and the tile's offset along it are provably multiples of the
-  chunk (so a chunk is never cut by the edge: one compare instead of the count of
-  elements left); no provable chunk:
+- `copy_async` in 16-byte chunks: `lowering=cp_async(cache='cg', elements=W, bytes=16,
+  whole=..., dim=D)` (`cp.async.cg.shared.global`, bypassing L1); 8- and 4-byte chunks:
+  `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); `D` is the chunk's dimension
+  (`vectorize_memory` chose it); `whole=True` when dimension `D`'s extent and the tile's
+  offset along it are provably multiples of the chunk (so a chunk is never cut by the
+  edge: one compare instead of the count of elements left); no provable chunk:
   `lowering=load_store` (each thread copies elements with plain loads and stores, at
   once; the later `copy_async_wait` has nothing to wait for).
 - `dot` on tensor cores: `lowering=mma_sync(shape='m16n8k16', acc='f32')` for f16/bf16
   inputs, `mma_sync(shape='m16n8k32', acc='s32')` for int8/uint8 (the register layouts
   were made of these fragments by `infer_layouts`); any other input dtype is a VMError
   at the `dot`'s line.
+- `dot` whose b is a shared tile: `lowering=wgmma(shape='m64nNk16', acc='f32')` (N = b's
+  columns; f16/bf16 inputs, else a VMError; Hopper's warpgroup MMA, sm_90a only, which
+  `compile_program` checks).
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from dataclasses import replace
 
 from tilevm.backend.divisibility import ProgramPoint, rewrite_instructions
 from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
-from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS
+from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, WGMMA_DTYPES
 from tilevm.backend.passes.plan_shared_memory import shared_plan
+from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import Program
+from tilevm.ir.types import MemorySpace
 
 
 def select_instructions(program: Program) -> Program:
@@ -58,14 +63,23 @@ def select_instructions(program: Program) -> Program:
                               "first)", format_instruction(inst), inst.loc)
             if inst.lowering.name == "chunk":
                 size, per = inst.lowering["bytes"], inst.lowering["elements"]
-                # A chunk lies wholly inside or wholly outside the last dimension when
-                # its extent and the tile's offset along it are multiples of the chunk.
+                dim = chunk_dim(inst.lowering, inst.dst.type.ndim)
+                # A chunk lies wholly inside or wholly outside its dimension when that
+                # dimension's extent and the tile's offset along it are multiples of it.
                 whole = all(point.divisor(e) % per == 0
-                            for e in (inst.src.type.shape[-1], inst.offsets[-1]))
+                            for e in (inst.src.type.shape[dim], inst.offsets[dim]))
                 return replace(inst, lowering=ins.lowering(
                     "cp_async", cache="cg" if size == 16 else "ca",
-                    elements=per, bytes=size, whole=whole))
+                    elements=per, bytes=size, whole=whole, dim=dim))
             return replace(inst, lowering=ins.lowering("load_store"))
+        elif isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED:
+            if inst.a.dtype not in WGMMA_DTYPES:
+                raise VMError(f"dot with a shared b on {inst.a.dtype} inputs is not "
+                              "supported by the GPU backend yet (wgmma: f16, bf16)",
+                              format_instruction(inst), inst.loc)
+            n = inst.b.type.static_shape[1]
+            return replace(inst, lowering=ins.lowering("wgmma", shape=f"m64n{n}k16",
+                                                       acc="f32"))
         elif isinstance(inst, ins.Dot):
             entry = MMA_INSTRUCTIONS.get(inst.a.dtype)
             if entry is None:

@@ -7,9 +7,9 @@ a lowering, and nothing else changes:
 
 - register <-> memory: `lowering=vector(elements=W, bytes=B)`: codegen accesses groups of
   `W` consecutive registers as one `B`-byte vector, `B <= 16` (`W = 1`: scalar);
-- `copy_async`: `lowering=chunk(elements=W, bytes=B)`, `B` in {16, 8, 4}: the tile is
-  copied in chunks of `W` consecutive elements (`select_instructions` makes each a
-  `cp.async`), or `lowering=elementwise` when no chunk is provably aligned.
+- `copy_async`: `lowering=chunk(elements=W, bytes=B, dim=D)`, `B` in {16, 8, 4}: the tile
+  is copied in chunks of `W` consecutive elements along dimension `D` (`select_instructions`
+  makes each a `cp.async`), or `lowering=elementwise` when no chunk is provably aligned.
 
 Legality is proven, never assumed (`ProgramPoint.divisor` for runtime values):
 
@@ -22,10 +22,15 @@ Legality is proven, never assumed (`ProgramPoint.divisor` for runtime values):
 - register <-> shared (`load_shared`, `store_shared`): the same, along any dimension of
   unit stride in the shared layout, and not wider than the swizzle's unit (a swizzle
   moves `unit_bytes` chunks; a vector must not be split by it).
-- global -> shared (`copy_async`): chunks of 16, 8 or 4 bytes of the last dimension,
-  aligned in both memories (the view's offset, the tile offset, the other strides, the
-  shared strides and the swizzle unit); `W = 1` when none is provable (then threads
-  copy element by element).
+- global -> shared (`copy_async`): chunks of 16, 8 or 4 bytes along one dimension `D`
+  of unit stride in both the view and the shared layout: the last dimension when it
+  qualifies, else another (the innermost that does; e.g. dimension 0 of a transposed
+  staging copy, global strides `[1, K]` into a tile with shared strides `(1, bk)`).
+  The chunk is aligned in both memories: the view's offset, the tile offset along `D`,
+  the view's other strides and the shared layout's other strides are multiples of `W`,
+  `D`'s extent in the tile is a multiple of `W`, and the swizzle's unit is at least `B`
+  bytes; `elementwise` when no chunk is provable (then threads copy element by
+  element).
 """
 
 from __future__ import annotations
@@ -62,10 +67,12 @@ def _choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         width = shared_vector(point, inst.dst.layout, inst.src.layout, inst.offsets)
         dtype = inst.dst.dtype
     elif isinstance(inst, ins.CopyAsync):
-        n = copy_chunk(point, inst.dst.layout, point.view(inst.src), inst.offsets)
+        chunk = copy_chunk(point, inst.dst.layout, point.view(inst.src), inst.offsets)
+        if chunk is None:
+            return replace(inst, lowering=ins.lowering("elementwise"))
+        n, dim = chunk
         return replace(inst, lowering=ins.lowering(
-            "chunk", elements=n, bytes=n * inst.dst.dtype.bits // 8) if n else
-            ins.lowering("elementwise"))
+            "chunk", elements=n, bytes=n * inst.dst.dtype.bits // 8, dim=dim))
     if width is None:
         return inst
     return replace(inst, lowering=ins.lowering(
@@ -127,26 +134,42 @@ def shared_vector(point: ProgramPoint, layout: SharedLayout, reg: RegisterLayout
     return 1
 
 
+def chunk_dim(form: ins.Lowering, rank: int) -> int:
+    """The dimension a `copy_async` lowering (`chunk`, `cp_async`, `load_store`) copies
+    along: its `dim`, or the last dimension where it has none (the plain fallback, and IR
+    printed before chunks could run along another dimension)."""
+    return int(dict(form.params).get("dim", rank - 1))
+
+
 def copy_chunk(point: ProgramPoint, layout: SharedLayout, view: ins.GlobalView,
-               offsets: tuple[Expr, ...]) -> int:
-    """Elements per `copy_async` chunk (16, 8 or 4 bytes), or 0 when none is provable."""
+               offsets: tuple[Expr, ...]) -> tuple[int, int] | None:
+    """`(elements, dim)` of a provable `copy_async` chunk (16, 8 or 4 bytes along `dim`),
+    or None when there is none.
+
+    `dim` must be contiguous in both memories: unit stride in the view and in the shared
+    layout (or extent 1 there). The last dimension is tried first, then the others from
+    the innermost out, so a row-major copy keeps its chunks along the rows and a transposed
+    staging copy (global strides `[1, K]` into a tile whose dimension 0 is contiguous)
+    gets them along dimension 0.
+    """
     if not isinstance(layout, SharedLayout) or layout.element_bits % 8:
-        return 0
+        return None
     elem = layout.element_bits // 8
-    last = layout.rank - 1
-    if not (isinstance(view.strides[-1], Const) and view.strides[-1].value == 1):
-        return 0
-    if layout.strides[last] != 1 and layout.shape[last] != 1:
-        return 0
-    for size in (16, 8, 4):
-        n = size // elem
-        if size % elem or n < 1 or layout.shape[last] % n:
+    for d in reversed(range(layout.rank)):
+        if not (isinstance(view.strides[d], Const) and view.strides[d].value == 1):
             continue
-        if layout.swizzle is not None and layout.swizzle.unit_bytes < size:
+        if layout.strides[d] != 1 and layout.shape[d] != 1:
             continue
-        if any(s % n for s in layout.strides[:last]):
-            continue
-        if all(point.divisor(e) % n == 0
-               for e in (view.offset, offsets[-1], *view.strides[:-1])):
-            return n
-    return 0
+        others = [k for k in range(layout.rank) if k != d]
+        for size in (16, 8, 4):
+            n = size // elem
+            if size % elem or n < 1 or layout.shape[d] % n:
+                continue
+            if layout.swizzle is not None and layout.swizzle.unit_bytes < size:
+                continue  # the swizzle would split the chunk
+            if any(layout.strides[k] % n for k in others):
+                continue
+            if all(point.divisor(e) % n == 0
+                   for e in (view.offset, offsets[d], *(view.strides[k] for k in others))):
+                return n, d
+    return None

@@ -3,6 +3,7 @@ must live in files: their source is read)."""
 
 import tilevm as tv
 from tilevm.layouts import local
+from tilevm.layouts.shared_layout import row_major, swizzled
 
 
 @tv.kernel(num_warps=4)
@@ -77,6 +78,33 @@ def _copy_stages(gx, gy, m0, k0, stages, bm, bn):
         tv.sync()
         tv.store_global(gy, tv.load_shared(stages[s], [0, 0], [bm, bn]), [m0, k])
         tv.sync()
+
+
+@tv.kernel(num_warps=4)
+def transposed_stage(x: tv.ptr("f16", const=True), y: tv.ptr("f16"), M: tv.int32,
+                     K: tv.int32, ld8: tv.int32, *, bm: int = 64, bk: int = 64,
+                     aligned: bool = True, swizzle: bool = True, multiple: int = 1):
+    """y[K, Mp] = x[M, K]^T, zeros in the columns M..Mp-1 (Mp: M rounded up to `bm`).
+
+    x has row stride `ld8 * 8` (provably 16-byte aligned rows), or K (`aligned=False`).
+    One [bk, bm] tile per block is staged by `copy_async` from x seen transposed (view
+    strides [1, ld]) into a tile whose dimension 0 is contiguous: the transpose of the
+    ldmatrix-swizzled [bm, bk] layout (or of the row-major one, `swizzle=False`), so the
+    copy runs in 16-byte chunks along dimension 0, rows of x. Ragged M: zero-filled
+    chunks; ragged K: chunks the edge cuts (none when `multiple` is 8: whole chunks)."""
+    tv.assume(K % multiple == 0)
+    tv.grid(tv.cdiv(K, bk), tv.cdiv(M, bm))
+    ld = ld8 * 8 if aligned else K
+    gxt = tv.global_view(x, [K, M], strides=[1, ld])
+    gy = tv.global_view(y, [K, tv.cdiv(M, bm) * bm])
+    k0, m0 = tv.block_idx(0) * bk, tv.block_idx(1) * bm
+    rows = swizzled([bm, bk], tv.f16) if swizzle else row_major([bm, bk], tv.f16)
+    s = tv.alloc_shared(tv.f16, [bk, bm], layout=rows.permute((1, 0)))
+    tv.copy_async(s, gxt, [k0, m0])
+    tv.copy_async_commit()
+    tv.copy_async_wait(0)
+    tv.sync()
+    tv.store_global(gy, tv.load_shared(s, [0, 0], [bk, bm]), [k0, m0])
 
 
 @tv.kernel(num_warps=4)

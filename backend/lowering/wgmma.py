@@ -1,0 +1,268 @@
+"""Lowering of `dot` whose b operand is a shared tile: Hopper's warpgroup MMA,
+`wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}` with A from registers and B read
+from shared memory through a matrix descriptor (sm_90a).
+
+A warpgroup is 4 consecutive warps (threads `128 g .. 128 g + 127`). One `wgmma` computes
+a 64 x N tile: warp `q` of the group supplies rows `16 q .. 16 q + 15` of A as an
+`mma.m16n8k16` A fragment (4 registers of two 16-bit values) and receives the same rows
+of D as N / 8 `m16n8` C fragments side by side (register `4 j + i` is C register `i` of
+columns `8 j ..`). So the layouts are divided into mma fragments as for `mma.sync`
+(`divide(layout, fragment)`), and each warp's C fragments are grouped into *rows*: the
+N / 8 fragments `(i, 0..N/8-1)` of one fragment row `i`, at consecutive local indices.
+The `s`-th such row of each of the 4 warps forms the `s`-th `wgmma` of the group (the
+rows need not be adjacent in the tile: D row `16 q + r` is the tile row of warp q's
+fragment, which is the row of the A fragment that warp supplies). Every warp must keep
+its rows and their A fragments at the same local indices (registers are indexed at
+compile time), which the lowering checks.
+
+B is the whole shared tile [K, N], "K-major": `strides == (1, K)` (each of the N columns
+holds its K elements contiguously, `R = 2 K` bytes) with the swizzle that
+`swizzled([N, K], dtype)` gives such rows: for R = 32, 64, 128 bytes that is exactly
+wgmma's 32-, 64- and 128-byte swizzle mode (16-byte chunk bits XORed with the row's low
+bits). The descriptor of k-step `kk` starts at the tile's address plus `32 kk` bytes
+(the hardware applies the swizzle to the absolute address, so the tile is aligned to the
+swizzle's period, which `plan_shared_memory` guarantees); its stride byte offset is the
+distance between groups of 8 columns, `8 R` (the leading byte offset is unused by
+swizzled K-major layouts).
+
+Order, per `dot`: `wgmma.fence` (the accumulator and A registers are passed through it,
+so their definitions precede it), the `wgmma`s (each k-step of each row; the group's
+`rows x K/16` instructions), `wgmma.commit_group`. The `dot` does not wait for them:
+they run while the warps go on (converting the next k-tile's weights), and
+`wgmma.wait_group 0` is emitted (`InFlight`) only where the program needs their
+results or their operands back: before an instruction reads a tensor that may hold
+in-flight results (other than the next `dot`'s accumulator or an `assign`; those
+values are passed through the wait, so the compiler cannot read them before it),
+before any instruction that writes or orders shared memory (`sync`, `store_shared`,
+`copy_async`, ...: the tile being read must not change under the tensor cores), and
+at the end of the kernel. The shared tile must have been written before the `sync`
+that precedes the `dot` (as for any shared read): `sync` fences the generic proxy's
+writes (st.shared, cp.async) to the async proxy that wgmma reads through (barrier.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.backend.arith import I32, I64, convert_value
+from tilevm.backend.lowering.mma import operand_registers, split_fragments
+from tilevm.backend.lowering.shared_memory import allocation, shared_base
+from tilevm.dtypes import parse
+from tilevm.ir import instructions as ins
+from tilevm.ir.stmt import Program
+from tilevm.ir.transform import instructions
+from tilevm.ir.types import MemorySpace, Tensor
+from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
+from tilevm.layouts.shared_layout import SharedLayout, ldmatrix_swizzle
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+_F32 = parse("f32")
+WARPGROUP_WARPS = 4
+MAX_N = 256
+# Descriptor swizzle mode by K-major row bytes (PTX ISA: 1 = 128B, 2 = 64B, 3 = 32B).
+_SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
+
+
+def uses_wgmma(program: Program) -> bool:
+    """Whether a `dot` of the program reads its b operand from shared memory."""
+    return any(isinstance(i, ins.Dot) and i.b.space is MemorySpace.SHARED
+               for i in instructions(program.body))
+
+
+def _rows(cg: KernelCodegen, table_c, n_frags: int) -> list[tuple[int, int]]:
+    """One warp's C fragments grouped by fragment row, in local-index order: (base, i)
+    for the `n_frags` fragments (i, 0..n_frags-1) at local indices base, base + 1, ..."""
+    coords = [tuple(int(v) for v in c) for c in table_c]
+    rows = []
+    for base in range(0, len(coords), n_frags):
+        i = coords[base][0]
+        if [c for c in coords[base:base + n_frags]] != [(i, j) for j in range(n_frags)]:
+            raise cg.fail(
+                "dot with a shared b: each warp must hold whole rows of mma C fragments, "
+                f"the {n_frags} fragments (i, 0..{n_frags - 1}) of a row at consecutive "
+                f"registers; a warp holds {coords}")
+        rows.append((base, i))
+    return rows
+
+
+def _plan(cg: KernelCodegen, xa, xc, n_frags: int, k_steps: int
+          ) -> list[tuple[int, list[int]]]:
+    """[(C base local index, [A local index of each k-step])] per wgmma of a warpgroup,
+    the same in every warp."""
+    tables_a, tables_c = xa.table(), xc.table()
+    plan = None
+    for w in range(xc.num_threads):
+        where = {tuple(int(v) for v in coord): l for l, coord in enumerate(tables_a[w])}
+        mine = []
+        for base, i in _rows(cg, tables_c[w], n_frags):
+            steps = []
+            for kk in range(k_steps):
+                la = where.get((i, kk))
+                if la is None:
+                    raise cg.fail(f"dot: warp {w} holds c's mma fragments of row {i} but not "
+                                  f"a's fragment ({i}, {kk})")
+                steps.append(la)
+            mine.append((base, steps))
+        if plan is not None and mine != plan:
+            raise cg.fail(f"dot: warp {w} holds its mma fragments in other registers than "
+                          "warp 0; layout conversion not supported yet")
+        plan = mine
+    assert plan is not None
+    return plan
+
+
+def _descriptor_bits(cg: KernelCodegen, layout: SharedLayout, k: int, n: int,
+                     elem_bytes: int) -> tuple[int, int]:
+    """(leading and stride byte offsets, swizzle mode) of the B tile's descriptor as the
+    constant upper bits; raises unless the layout is a K-major wgmma layout."""
+    row = k * elem_bytes
+    mode = _SWIZZLE_MODE.get(row)
+    wanted = ldmatrix_swizzle(row, 8 * elem_bytes)
+    if layout.strides != (1, k) or mode is None or layout.swizzle != wanted:
+        raise cg.fail(
+            f"dot with a shared b [{k}, {n}]: b's layout {layout} is not one the tensor "
+            f"cores read; they read K-major tiles of 32, 64 or 128-byte columns, the "
+            f"layout `swizzled([{n}, K], dtype).permute((1, 0))` with K = "
+            f"{32 // elem_bytes}, {64 // elem_bytes} or {128 // elem_bytes}")
+    sbo = 8 * row  # bytes from one group of 8 columns (N) to the next
+    return (1 << 16) | ((sbo >> 4) << 32) | (mode << 62), row
+
+
+def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
+    a, b, c, out = inst.a, inst.b, inst.c, inst.out
+    k, n = b.type.static_shape
+    dtype = a.dtype
+    if dtype.name not in ("f16", "bf16") or c.dtype != _F32 or out.dtype != _F32:
+        raise cg.fail(f"dot with a shared b takes f16 or bf16 inputs and an f32 "
+                      f"accumulator, got {dtype} and {c.dtype}")
+    if n % 8 or n > MAX_N or k % 16:
+        raise cg.fail(f"dot with a shared b (wgmma m64nNk16) needs N a multiple of 8 up to "
+                      f"{MAX_N} and K a multiple of 16; got N={n}, K={k}")
+    if cg.program.num_threads % (32 * WARPGROUP_WARPS):
+        raise cg.fail("dot with a shared b runs on whole warpgroups (a multiple of 128 "
+                      f"threads); the block has {cg.program.num_threads}")
+    la, lc = cg.layout_of(a), cg.layout_of(c)
+    if cg.layout_of(out) != lc:
+        raise cg.fail(f"dot: out has layout {cg.layout_of(out)} but c has {lc}; layout "
+                      "conversion not supported yet")
+    xa = split_fragments(cg, f"a %{a.name}", la, mma_m16n8k16_a(), None)
+    xc = split_fragments(cg, f"c %{c.name}", lc, mma_m16n8k16_c(), None)
+    n_frags, k_steps = n // 8, k // 16
+    plan = _plan(cg, xa, xc, n_frags, k_steps)  # (rows a warp holds twice: computed twice)
+
+    alloc, layout = allocation(cg, b)
+    elem = dtype.bits // 8
+    upper, _ = _descriptor_bits(cg, layout, k, n, elem)
+    bld = cg.b
+    start = bld.add(bld.ptrtoint(shared_base(cg), I32), ir.Constant(I32, alloc.offset))
+
+    def descriptor(kk: int) -> ir.Value:
+        addr = bld.add(start, ir.Constant(I32, 32 * kk))  # k16 = 32 bytes into the rows
+        field = bld.and_(bld.lshr(addr, ir.Constant(I32, 4)), ir.Constant(I32, 0x3FFF))
+        return bld.or_(bld.zext(field, I64), ir.Constant(I64, upper))
+
+    a_words = operand_registers(cg, a)
+    acc = [convert_value(bld, v, c.dtype, _F32) for v in cg.register_values(c)]
+    # The fence takes every register the wgmmas read, so their writes come before it.
+    pinned = _pass_through(cg, "wgmma.fence.sync.aligned;", [*a_words, *acc])
+    a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]
+    regs = n // 2  # f32 accumulators per thread of one m64nN tile
+    mma = _wgmma_asm(n, dtype.name, regs)
+    one = ir.Constant(I32, 1)
+    descriptors = [descriptor(kk) for kk in range(k_steps)]
+    for base, steps in plan:
+        d = acc[4 * base:4 * base + regs]
+        for kk, a_local in enumerate(steps):
+            res = bld.call(mma, [*a_words[4 * a_local:4 * a_local + 4], descriptors[kk],
+                                 one, *d])
+            d = [bld.extract_value(res, i) for i in range(regs)]
+        acc[4 * base:4 * base + regs] = d
+    _pass_through(cg, "wgmma.commit_group.sync.aligned;", [])
+    cg.define(out, acc)  # in flight until `InFlight` waits (out is f32, as c)
+    cg.wgmma.settled = False
+
+
+def _wgmma_asm(n: int, src: str, regs: int) -> ir.InlineAsm:
+    """`d = A @ B + d` (scale-d from an operand: 1 adds), A in 4 registers, B a descriptor.
+    Operands: d out (0 .. regs-1), a (4), descriptor, scale-d, d in (tied)."""
+    d = ", ".join(f"${i}" for i in range(regs))
+    a = ", ".join(f"${regs + i}" for i in range(4))
+    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 5) + ", 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{src}.{src} "
+            f"{{{d}}}, {{{a}}}, ${regs + 4}, p, 1, 1, 0; }}")
+    constraints = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"]
+                           + [str(i) for i in range(regs)])
+    fn_ty = ir.FunctionType(ir.LiteralStructType([ir.FloatType()] * regs),
+                            [I32] * 4 + [I64, I32] + [ir.FloatType()] * regs)
+    return ir.InlineAsm(fn_ty, text, constraints, side_effect=True)
+
+
+def _pass_through(cg: KernelCodegen, text: str, values: list[ir.Value]) -> list[ir.Value]:
+    """Emit `text` as a volatile instruction that (for the compiler) reads and rewrites
+    `values`: their definitions stay before it and their uses after it."""
+    if not values:
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "", side_effect=True)
+        cg.b.call(asm, [])
+        return []
+    types = [v.type for v in values]
+    codes = ["f" if isinstance(t, ir.FloatType) else "r" for t in types]
+    constraints = ",".join([f"={x}" for x in codes] + [str(i) for i in range(len(values))])
+    asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType(types), types), text,
+                       constraints, side_effect=True)
+    res = cg.b.call(asm, values)
+    return [cg.b.extract_value(res, i) for i in range(len(values))]
+
+
+# Instructions that may run while wgmmas are in flight: they neither write nor order
+# shared memory (reads of in-flight registers are caught where tensors are read).
+_OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalView,
+                ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Assume,
+                ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait)
+_WAIT = "wgmma.wait_group.sync.aligned 0;"
+
+
+class InFlight:
+    """Where a program with wgmma `dot`s waits for them (see the module docstring).
+
+    `settled` is known at compile time along straight-line code: False after a wgmma
+    `dot` and wherever control flow joins (a loop's body may start with the previous
+    iteration's wgmmas in flight), True after a wait. `results` are the tensors that may
+    hold in-flight accumulators: the wgmma `dot`s' outputs and the tiles they are
+    assigned to (loop-carried accumulators)."""
+
+    def __init__(self, program: Program) -> None:
+        insts = list(instructions(program.body))
+        self.results = {i.out.name for i in insts
+                        if isinstance(i, ins.Dot) and i.b.space is MemorySpace.SHARED}
+        grown = True
+        while grown:
+            grown = False
+            for i in insts:
+                if isinstance(i, ins.Assign) and i.src.name in self.results \
+                        and i.dst.name not in self.results:
+                    self.results.add(i.dst.name)
+                    grown = True
+        self.settled = True
+
+    def before(self, cg: KernelCodegen, inst: ins.Instruction | None) -> None:
+        """Wait first unless `inst` may overlap in-flight wgmmas (None: the kernel ends)."""
+        if not self.settled and not isinstance(inst, _OVERLAPPING):
+            _pass_through(cg, _WAIT, [])
+            self.settled = True
+
+    def read(self, cg: KernelCodegen, tensor: Tensor, values: list[ir.Value]
+             ) -> list[ir.Value]:
+        """`tensor`'s values for the current instruction, after a wait if they may be in
+        flight and the instruction is not the next wgmma on them or an `assign`."""
+        inst = cg.inst
+        if tensor.name not in self.results or isinstance(inst, ins.Assign) or (
+                isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED
+                and inst.c.name == tensor.name):
+            return values
+        values = _pass_through(cg, _WAIT, values)
+        self.settled = True
+        return values

@@ -1,0 +1,135 @@
+"""The quantized matmul for many rows on Hopper (sm_90a): `y^T = dequant(W)^T @ x^T` with
+warpgroup MMA, the dequantized weights as the A operand in registers and the
+activations as the B operand read by the tensor cores from shared memory.
+
+Same problem, weight format and requirements as `kernels.qmm`; the kernel for prefill
+where `wgmma` exists (`kernels.qmm_staged` is the one for sm_80/sm_89). Why this shape:
+on `mma.sync` every warp converts the weights it multiplies, and a 64 x 32 warp tile
+converts each weight for only 64 rows of x; `wgmma` multiplies a 64-column slice of W^T
+by up to 256 rows of x in one instruction, from shared memory, so each weight is
+converted once per `bm` rows (128 here) and the tensor cores read x without a register
+round trip (no ldmatrix, no conversion of x).
+
+- A block has `num_warps` warps (whole warpgroups) and computes `bn = 32 * num_warps`
+  columns of y for `bm` rows; warp `j` owns atom `j` of the format (32 columns) and
+  streams its codes from global memory into registers, one k-tile ahead (the format's
+  per-lane order: 16 bytes per lane for int4 and 32 rows of K);
+- the codes are cast to f16/bf16 in `mma` A-fragment order (`a_layout`: warp `j`'s two
+  16-column halves of its atom), minus the zero point, times the group's scale (rounded
+  once to the activation type, as the weights of an f16 layer are): the A operand.
+  Within a warpgroup, half `h` of the 4 warps' atoms is one 64-row `wgmma`;
+- the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
+  row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
+  `stages` shared buffers, `stages - 1` k-tiles ahead, one barrier per k-tile; rows past
+  M and K are zero-filled;
+- `dot(wt, xs, acc)` accumulates y^T in f32 registers (`acc_layout`: `bm` floats per
+  thread), stored transposed and masked at the end.
+
+`bk` is 64 (128-byte rows of f16) or 32 (64-byte rows, the 64-byte swizzle), dividing
+the group size: a k-tile never straddles two scale groups.
+"""
+
+# No `from __future__ import annotations` here: the kernels' parameter annotations
+# (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
+from functools import cache
+
+from tilevm import dtypes
+from tilevm.dtypes import DataType
+from tilevm.kernels.qmm import ATOM, atom_code_layout
+from tilevm.layouts import local, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
+from tilevm.layouts.shared_layout import swizzled
+from tilevm.vm import lang as tv
+from tilevm.vm.frontend import Kernel
+
+
+@cache
+def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
+    """The Hopper kernel for activations (and scales, zeros, output) of type `act`."""
+    act = dtypes.parse(act)
+    if act.name not in ("f16", "bf16"):
+        raise ValueError(f"activations must be f16 or bf16, got {act}")
+
+    @tv.kernel(num_warps=4)
+    def qmm_wgmma(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
+                  scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
+                  y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
+                  *, wdtype: DataType = tv.int4, group_size: int = 128,
+                  has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
+                  stages: int = 3):
+        b = wdtype.bits
+        tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
+        tv.static_assert(bk in (32, 64) and group_size % bk == 0,
+                         f"bk={bk} must be 32 or 64 (64- or 128-byte rows of x) dividing "
+                         f"group_size={group_size}")
+        tv.static_assert(num_warps % 4 == 0,
+                         f"num_warps={num_warps} must be whole warpgroups (4 warps)")
+        tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
+                         f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
+        tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
+        bn = ATOM * num_warps
+        tv.assume(K % group_size == 0)
+        tv.assume(K % ATOM == 0)
+        Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
+
+        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+        n0 = tv.block_idx(0) * bn
+        m0 = tv.block_idx(1) * bm
+        atom_n0 = tv.block_idx(0) * num_warps
+        gxt = tv.global_view(x, [K, M], strides=[1, K])  # x^T: K contiguous
+        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
+        gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
+        gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
+
+        # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
+        # rows of y^T.
+        byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
+            .local(1, 1, 1, 4 * b)
+        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * atom_code_layout(b)
+        tile = [bk // ATOM, num_warps, 32, 4 * b]
+        a_layout = spatial(num_warps, 1) * local(2, bk // 16) * mma_m16n8k16_a()
+        acc_layout = spatial(num_warps, 1) * local(2, bm // 8) * mma_m16n8k16_c()
+        xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
+
+        codes_at = lambda k: tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile,  # noqa: E731
+                                            layout=byte_layout)
+        xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
+        for first in range(stages - 1):  # (not `s`: a runtime loop would carry it)
+            tv.copy_async(xs[first], gxt, [first * bk, m0])
+            tv.copy_async_commit()
+        ahead = codes_at(0)
+        acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+        # Groups start at statically known k-tiles of the unrolled body when it spans whole
+        # groups; else every k-tile loads its scales.
+        per_group = (stages * bk) % group_size == 0
+        for k0 in tv.range(0, K, stages * bk):
+            for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
+                k = k0 + s * bk if s else k0
+                if not per_group or (s * bk) % group_size == 0:
+                    group = k // group_size
+                    scale = tv.load_global(gs, [n0, group], [bn, 1],
+                                           layout=a_layout.reduce(1))
+                    zero = tv.load_global(gz, [n0, group], [bn, 1],
+                                          layout=a_layout.reduce(1)) if has_zeros else None
+                packed = ahead
+                ahead = codes_at(k + bk)
+                wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
+                             act, a_layout)
+                if has_zeros:
+                    wt = wt - zero
+                wt = wt * scale
+                tv.copy_async_wait(stages - 2)  # this k-tile of x has landed (this
+                tv.sync()  # thread's copies) for every thread; all are done with s - 1
+                tv.copy_async(xs[(s + stages - 1) % stages], gxt,
+                              [k + (stages - 1) * bk, m0])
+                tv.copy_async_commit()
+                acc = tv.dot(wt, xs[s], acc)
+        tv.copy_async_wait(0)
+        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
+                        [n0, m0])
+
+    qmm_wgmma.name = f"qmm_wgmma_{act.name}"
+    return qmm_wgmma
+
+
+qmm_wgmma_f16 = qmm_wgmma_kernel("f16")  # for `vmc compile kernels/qmm_wgmma.py:... --arch sm_90a`
