@@ -92,6 +92,14 @@ def atom_code_layout(bits: int) -> RegisterLayout:
                                      ATOM_LAYOUT.shape)
 
 
+def activation_type(act: DataType | str) -> DataType:
+    """The activation type of a kernel factory: f16 or bf16, else a ValueError."""
+    act = dtypes.parse(act)
+    if act.name not in ("f16", "bf16"):
+        raise ValueError(f"activations must be f16 or bf16, got {act}")
+    return act
+
+
 @cache
 def qmm_kernel(act: DataType | str = "f16") -> Kernel:
     """The kernel for activations (and scales, zeros, output) of type `act`.
@@ -99,9 +107,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
     `ws` and `counters` serve `split_k > 1` only (any pointers otherwise): `ws`, the f32
     workspace of partial sums, holds `split_k * tiles * bm * bn` floats and `counters`
     `tiles` int32 zeros (`splitk_sizes`); the kernel leaves the counters at zero again."""
-    act = dtypes.parse(act)
-    if act.name not in ("f16", "bf16"):
-        raise ValueError(f"activations must be f16 or bf16, got {act}")
+    act = activation_type(act)
 
     @tv.kernel(num_warps=1)
     def qmm(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),

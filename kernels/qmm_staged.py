@@ -31,9 +31,8 @@ and K % group_size == 0, as in `kernels.qmm`.
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
 from functools import cache
 
-from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, atom_code_layout
+from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.vm import lang as tv
@@ -43,9 +42,7 @@ from tilevm.vm.frontend import Kernel
 @cache
 def qmm_staged_kernel(act: DataType | str = "f16") -> Kernel:
     """The staged kernel for activations (and scales, zeros, output) of type `act`."""
-    act = dtypes.parse(act)
-    if act.name not in ("f16", "bf16"):
-        raise ValueError(f"activations must be f16 or bf16, got {act}")
+    act = activation_type(act)
 
     @tv.kernel(num_warps=8)
     def qmm_staged(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),

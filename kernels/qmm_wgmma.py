@@ -33,9 +33,8 @@ the group size: a k-tile never straddles two scale groups.
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
 from functools import cache
 
-from tilevm import dtypes
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, atom_code_layout
+from tilevm.kernels.qmm import ATOM, activation_type, atom_code_layout
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
@@ -46,9 +45,7 @@ from tilevm.vm.frontend import Kernel
 @cache
 def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
     """The Hopper kernel for activations (and scales, zeros, output) of type `act`."""
-    act = dtypes.parse(act)
-    if act.name not in ("f16", "bf16"):
-        raise ValueError(f"activations must be f16 or bf16, got {act}")
+    act = activation_type(act)
 
     @tv.kernel(num_warps=4)
     def qmm_wgmma(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),

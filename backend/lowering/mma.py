@@ -18,7 +18,8 @@ semantics: f32 sums, one rounding).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import llvmlite.ir as ir
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from tilevm.backend.codegen import KernelCodegen
 
 _F32, _I32 = parse("f32"), parse("int32")
+T = TypeVar("T")
 _PTX_TYPE = {"f16": "f16", "bf16": "bf16", "int8": "s8", "uint8": "u8"}
 
 
@@ -55,8 +57,8 @@ def _plan(cg: KernelCodegen, xa: RegisterLayout, xb: RegisterLayout, xc: Registe
     """For each C fragment (its local index in X_c), the (A, B) fragment local indices
     of every k step; the same in every warp."""
     tables = {name: x.table() for name, x in (("a", xa), ("b", xb), ("c", xc))}
-    plan: list[tuple[int, list[tuple[int, int]]]] | None = None
-    for w in range(xc.num_threads):
+
+    def plan_of(w: int) -> list[tuple[int, list[tuple[int, int]]]]:
         where = {name: {tuple(int(v) for v in coord): l for l, coord in
                         enumerate(tables[name][w])} for name in ("a", "b")}
         mine = []
@@ -71,11 +73,19 @@ def _plan(cg: KernelCodegen, xa: RegisterLayout, xb: RegisterLayout, xc: Registe
                                   f"{what}; layout conversion not supported yet")
                 steps.append((la, lb))
             mine.append((f, steps))
-        if plan is not None and mine != plan:
+        return mine
+
+    return same_in_every_warp(cg, xc.num_threads, plan_of)
+
+
+def same_in_every_warp(cg: KernelCodegen, num_warps: int, plan_of: Callable[[int], T]) -> T:
+    """`plan_of(w)`, which must be the same for every warp `w`: registers are indexed at
+    compile time, so every warp must find its fragments at the same local indices."""
+    plan = plan_of(0)
+    for w in range(1, num_warps):
+        if plan_of(w) != plan:
             raise cg.fail(f"dot: warp {w} holds its mma fragments in other registers than "
                           "warp 0; layout conversion not supported yet")
-        plan = mine
-    assert plan is not None
     return plan
 
 

@@ -47,7 +47,11 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I32, I64, convert_value
-from tilevm.backend.lowering.mma import operand_registers, split_fragments
+from tilevm.backend.lowering.mma import (
+    operand_registers,
+    same_in_every_warp,
+    split_fragments,
+)
 from tilevm.backend.lowering.shared_memory import allocation, shared_base
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
@@ -94,8 +98,8 @@ def _plan(cg: KernelCodegen, xa, xc, n_frags: int, k_steps: int
     """[(C base local index, [A local index of each k-step])] per wgmma of a warpgroup,
     the same in every warp."""
     tables_a, tables_c = xa.table(), xc.table()
-    plan = None
-    for w in range(xc.num_threads):
+
+    def plan_of(w: int) -> list[tuple[int, list[int]]]:
         where = {tuple(int(v) for v in coord): l for l, coord in enumerate(tables_a[w])}
         mine = []
         for base, i in _rows(cg, tables_c[w], n_frags):
@@ -107,12 +111,9 @@ def _plan(cg: KernelCodegen, xa, xc, n_frags: int, k_steps: int
                                   f"a's fragment ({i}, {kk})")
                 steps.append(la)
             mine.append((base, steps))
-        if plan is not None and mine != plan:
-            raise cg.fail(f"dot: warp {w} holds its mma fragments in other registers than "
-                          "warp 0; layout conversion not supported yet")
-        plan = mine
-    assert plan is not None
-    return plan
+        return mine
+
+    return same_in_every_warp(cg, xc.num_threads, plan_of)
 
 
 def _descriptor_bits(cg: KernelCodegen, layout: SharedLayout, k: int, n: int,
