@@ -117,9 +117,9 @@ def _plan(cg: KernelCodegen, xa, xc, n_frags: int, k_steps: int
 
 
 def _descriptor_bits(cg: KernelCodegen, layout: SharedLayout, k: int, n: int,
-                     elem_bytes: int) -> tuple[int, int]:
-    """(leading and stride byte offsets, swizzle mode) of the B tile's descriptor as the
-    constant upper bits; raises unless the layout is a K-major wgmma layout."""
+                     elem_bytes: int) -> int:
+    """The B tile descriptor's constant bits (leading and stride byte offsets, swizzle
+    mode); raises unless the layout is a K-major wgmma layout."""
     row = k * elem_bytes
     mode = _SWIZZLE_MODE.get(row)
     wanted = ldmatrix_swizzle(row, 8 * elem_bytes)
@@ -130,7 +130,7 @@ def _descriptor_bits(cg: KernelCodegen, layout: SharedLayout, k: int, n: int,
             f"layout `swizzled([{n}, K], dtype).permute((1, 0))` with K = "
             f"{32 // elem_bytes}, {64 // elem_bytes} or {128 // elem_bytes}")
     sbo = 8 * row  # bytes from one group of 8 columns (N) to the next
-    return (1 << 16) | ((sbo >> 4) << 32) | (mode << 62), row
+    return (1 << 16) | ((sbo >> 4) << 32) | (mode << 62)
 
 
 def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
@@ -157,7 +157,7 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
 
     alloc, layout = allocation(cg, b)
     elem = dtype.bits // 8
-    upper, _ = _descriptor_bits(cg, layout, k, n, elem)
+    upper = _descriptor_bits(cg, layout, k, n, elem)
     bld = cg.b
     start = bld.add(bld.ptrtoint(shared_base(cg), I32), ir.Constant(I32, alloc.offset))
 
