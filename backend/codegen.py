@@ -81,8 +81,8 @@ class KernelCodegen:
         self.pointers: dict[str, ir.Value] = {}
         self.tensors: dict[str, Any] = {}
         self.carried: set[str] = set()
-        self.uses_wgmma = uses_wgmma(program)  # (shared writes are fenced at each sync)
-        self.wgmma = InFlight(program) if self.uses_wgmma else None
+        # A program with wgmma dots: where to wait for them (and syncs fence shared writes).
+        self.wgmma = InFlight(program) if uses_wgmma(program) else None
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
             if isinstance(param, Pointer):

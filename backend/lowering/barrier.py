@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def lower_sync(cg: KernelCodegen, inst: ins.Sync) -> None:
-    if cg.uses_wgmma:
+    if cg.wgmma is not None:
         # wgmma reads shared memory through the async proxy: each thread's writes (its
         # st.shared and finished cp.async) are fenced to it before the barrier
         # publishes them to the other threads.
