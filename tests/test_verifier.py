@@ -274,7 +274,7 @@ ALLOWED_SPACES = {
     ("store_shared", "src"): (R,), ("copy_async", "dst"): (S,), ("copy_async", "src"): (G,),
     ("free_shared", "tensor"): (S,), ("assign", "dst"): (R,), ("assign", "src"): (R,),
     ("view", "src"): (R,), ("cast", "src"): (R,), ("where", "cond"): (R,), ("where", "x"): (R,),
-    ("where", "y"): (R,), ("reduce", "src"): (R,), ("dot", "a"): (R,), ("dot", "b"): (R,),
+    ("where", "y"): (R,), ("reduce", "src"): (R,), ("dot", "a"): (R,), ("dot", "b"): (R, S),
     ("dot", "c"): (R,), ("annotate_layout", "tensor"): (R, S), ("print", "value"): (R, S),
 }
 
