@@ -33,7 +33,8 @@ contiguous in global memory) and distributed round-robin over the block's thread
 (chunk `tid + k * threads`). A 16-byte chunk is `cp.async.cg.shared.global [dst],
 [src], 16, src_bytes`, 8/4-byte chunks `cp.async.ca` (NVVM intrinsics
 `llvm.nvvm.cp.async.{cg,ca}.shared.global.N.s`); `src_bytes` is 0 for a chunk outside
-the global tensor (zero fill) and the number of bytes inside at a ragged edge of `dim`.
+the global tensor (zero fill: its address, outside the tensor, is not read) and the
+number of bytes inside at a ragged edge of `dim`.
 When no chunk of 4+ bytes can be proven aligned, each thread copies elements with plain
 loads and stores (done at once), in row-major order.
 """
@@ -325,7 +326,8 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
                 inside = b.and_(inside, b.and_(low, b.icmp_signed(">", rest,
                                                                   ir.Constant(I64, 0))))
             gindex = b.add(gindex, b.mul(g, view.strides[d]))
-        gindex = b.select(inside, gindex, view.offset)  # no access when outside
+        # Outside, the address is formed but never read (`src_bytes` 0, or the branch
+        # below): no select, so the address stays a loop-invariant part plus the offset.
         src = b.gep(view.base, [gindex], source_etype=ty)
         if n:
             size = n * elem
