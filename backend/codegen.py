@@ -181,8 +181,6 @@ class KernelCodegen:
         self.b.position_at_end(body)
         self.scalars[loop.var.name] = i
         self.lower_seq(loop.body)
-        if self.wgmma is not None:  # none in flight round the back edge (see wgmma.py)
-            self.wgmma.before(self, None)
         self.b.store(self.b.add(self.b.load(slot), step), slot)
         self.b.branch(head)
         self.b.position_at_end(done)

@@ -1,7 +1,8 @@
 """`dot` with a shared b: the frontend and verifier, the interpreter (against numpy, and
 its race check), the lowering choice (wgmma, sm_90a only, with a clear error elsewhere),
 the PTX it becomes (descriptors per swizzle mode, the proxy fence, waits deferred out of
-the loop body's dots), and on a Hopper GPU (marked `gpu`) the results against numpy."""
+the loop body's dots, zero accumulators as scale-d flags), and on a Hopper GPU (marked
+`gpu`) the results against numpy."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from kernel_harness import load_module
 
 from tilevm.backend.pipeline import compile_program, run_passes
+from tilevm.backend.ptxas import check_ptx
 from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
@@ -94,6 +96,21 @@ def test_a_loop_body_of_dots_waits_once_before_its_barrier():
     assert ptx.count("fence.proxy.async.shared::cta") == ptx.count("bar.sync")
 
 
+def test_a_zero_accumulator_is_a_scale_d_flag_not_registers():
+    """`acc = zeros` that wgmma dots accumulate into writes no registers (the first wgmma
+    of each 64-row group takes scale-d 0 from a loop-carried flag), so no instruction but
+    a wgmma defines an accumulator while wgmmas are in flight, which ptxas would answer
+    by serializing every wgmma (C7515), and they stay in flight round the back edge."""
+    ptx = compile_program(k.shared_b_matmul.specialize(bm=128), "sm_90a").ptx
+    assert "0f00000000" not in ptx[:ptx.index("wgmma.fence")]  # no zeros before the loop
+    assert "C7515" not in check_ptx(ptx, "sm_90a").log
+    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+
+    qmm = qmm_wgmma_kernel("f16").specialize(wdtype=tv.int4, group_size=128, bm=128,
+                                             stages=2)
+    assert "C7515" not in check_ptx(compile_program(qmm, "sm_90a").ptx, "sm_90a").log
+
+
 def test_a_shared_b_the_tensor_cores_cannot_read_is_reported():
     @tv.kernel(num_warps=4)
     def n_major(y: tv.ptr(tv.f32)):
@@ -119,3 +136,7 @@ def test_gpu_matches_numpy(kw):
         a, bt, y, ref = _args(M, N, K, seed=M)
         launch_program(k.shared_b_matmul.specialize(**kw), [a, bt, y, M, N, K])
         np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
+    # K = 0: no dot runs, the accumulator is still the zero tile (its flag, not registers)
+    a, bt, y, _ = _args(70, 80, 16)
+    launch_program(k.shared_b_matmul.specialize(**kw), [a, bt, y, 70, 80, 0])
+    np.testing.assert_array_equal(y, np.zeros_like(y))

@@ -26,6 +26,8 @@ from tilevm.ir.types import Tensor
 
 
 def lower_full(cg: KernelCodegen, inst: ins.Full) -> None:
+    if cg.wgmma is not None and cg.wgmma.define_zero(cg, inst):
+        return  # a zero accumulator of wgmmas: a flag, no registers (see wgmma.py)
     value = cg.expr(inst.value, inst.out.dtype)
     cg.define(inst.out, [value] * cg.layout_of(inst.out).local_size)
 
@@ -36,6 +38,9 @@ def lower_assign(cg: KernelCodegen, inst: ins.Assign) -> None:
         cg.register_values(inst.src)
     for slot, value in zip(cg.tensors[inst.dst.name], registers):
         cg.b.store(value, slot)
+    if cg.wgmma is not None:
+        cg.wgmma.assign(cg, inst)
+
 
 def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     src, out = inst.src, inst.out

@@ -35,7 +35,17 @@ in-flight results (other than the next `dot`'s accumulator or an `assign`; those
 values are passed through the wait, so the compiler cannot read them before it),
 before any instruction that writes or orders shared memory (`sync`, `store_shared`,
 `copy_async`, ...: the tile being read must not change under the tensor cores), and
-at the end of the kernel. The shared tile must have been written before the `sync`
+at the end of the kernel. wgmmas stay in flight round a loop's back edge (the next
+iteration's conversion overlaps them).
+
+A zero accumulator (`zeros` or `full 0.0` of a tile that wgmma `dot`s accumulate into)
+gets no registers written: its registers are left undefined and a flag (an i32,
+loop-carried like the tile, 0 while the tile is zero) says so; a `dot` on it passes the
+flag as wgmma's scale-d (`D = A B + (scale-d ? D : 0)`), an `assign` copies it, and any
+other reader sees `flag ? value : 0`. ptxas serializes every wgmma of a function where a
+non-wgmma instruction defines accumulator registers while wgmmas are in flight (C7515:
+zero initialization before a loop counts), so the flag is what lets wgmmas stay in
+flight round the back edge. The shared tile must have been written before the `sync`
 that precedes the `dot` (as for any shared read): `sync` fences the generic proxy's
 writes (st.shared, cp.async) to the async proxy that wgmma reads through (barrier.py).
 """
@@ -46,7 +56,7 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from tilevm.backend.arith import I32, I64, convert_value
+from tilevm.backend.arith import I32, I64, convert_value, llvm_type
 from tilevm.backend.lowering.mma import (
     operand_registers,
     same_in_every_warp,
@@ -55,6 +65,7 @@ from tilevm.backend.lowering.mma import (
 from tilevm.backend.lowering.shared_memory import allocation, shared_base
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
+from tilevm.ir.expr import Const
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import instructions
 from tilevm.ir.types import MemorySpace, Tensor
@@ -173,13 +184,14 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]
     regs = n // 2  # f32 accumulators per thread of one m64nN tile
     mma = _wgmma_asm(n, dtype.name, regs)
-    one = ir.Constant(I32, 1)
+    scale_d = cg.wgmma.scale_d(cg, c)  # 0 while c is a zero tile (see InFlight)
+    one = ir.Constant(I32, 1)  # (a row's later k-steps add to its first)
     descriptors = [descriptor(kk) for kk in range(k_steps)]
     for base, steps in plan:
         d = acc[4 * base:4 * base + regs]
         for kk, a_local in enumerate(steps):
             res = bld.call(mma, [*a_words[4 * a_local:4 * a_local + 4], descriptors[kk],
-                                 one, *d])
+                                 scale_d if kk == 0 else one, *d])
             d = [bld.extract_value(res, i) for i in range(regs)]
         acc[4 * base:4 * base + regs] = d
     _pass_through(cg, "wgmma.commit_group.sync.aligned;", [])
@@ -227,13 +239,16 @@ _WAIT = "wgmma.wait_group.sync.aligned 0;"
 
 
 class InFlight:
-    """Where a program with wgmma `dot`s waits for them (see the module docstring).
+    """Where a program with wgmma `dot`s waits for them, and which of their accumulators
+    are zero (see the module docstring).
 
     `settled` is known at compile time along straight-line code: False after a wgmma
     `dot` and wherever control flow joins (a loop's body may start with the previous
     iteration's wgmmas in flight), True after a wait. `results` are the tensors that may
     hold in-flight accumulators: the wgmma `dot`s' outputs and the tiles they are
-    assigned to (loop-carried accumulators)."""
+    assigned to (loop-carried accumulators). `zeroable` are those of them that a `full`
+    of 0.0 defines; `scales` holds each one's flag once lowered: an i32, wgmma's scale-d
+    for it (0 while the tile is zero)."""
 
     def __init__(self, program: Program) -> None:
         insts = list(instructions(program.body))
@@ -247,6 +262,10 @@ class InFlight:
                         and i.dst.name not in self.results:
                     self.results.add(i.dst.name)
                     grown = True
+        self.zeroable = {i.out.name for i in insts
+                         if isinstance(i, ins.Full) and i.out.name in self.results
+                         and isinstance(i.value, Const) and i.value.value == 0}
+        self.scales: dict[str, ir.AllocaInstr] = {}
         self.settled = True
 
     def before(self, cg: KernelCodegen, inst: ins.Instruction | None) -> None:
@@ -258,7 +277,8 @@ class InFlight:
     def read(self, cg: KernelCodegen, tensor: Tensor, values: list[ir.Value]
              ) -> list[ir.Value]:
         """`tensor`'s values for the current instruction, after a wait if they may be in
-        flight and the instruction is not the next wgmma on them or an `assign`."""
+        flight and the instruction is not the next wgmma on them or an `assign` (those
+        two carry a zero tile's flag instead of its zeros)."""
         inst = cg.inst
         if tensor.name not in self.results or isinstance(inst, ins.Assign) or (
                 isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED
@@ -266,4 +286,42 @@ class InFlight:
             return values
         values = _pass_through(cg, _WAIT, values)
         self.settled = True
+        if tensor.name in self.scales:
+            zero = cg.b.icmp_unsigned("==", cg.b.load(self.scales[tensor.name]), _ZERO)
+            values = [cg.b.select(zero, ir.Constant(v.type, 0), v) for v in values]
         return values
+
+    def define_zero(self, cg: KernelCodegen, inst: ins.Full) -> bool:
+        """Lower a `full` of 0.0 into an accumulator as its flag (True when it is one)."""
+        out = inst.out
+        if out.name not in self.zeroable:
+            return False
+        if out.name not in self.scales:
+            self.scales[out.name] = cg._entry_alloca(I32, f"{out.name}.scale_d")
+        cg.b.store(_ZERO, self.scales[out.name])
+        undefined = ir.Constant(llvm_type(out.dtype), ir.Undefined)
+        cg.define(out, [undefined] * cg.layout_of(out).local_size)
+        return True
+
+    def assign(self, cg: KernelCodegen, inst: ins.Assign) -> None:
+        """`dst = src`: dst's flag (if it has one) becomes src's (1: not a zero tile).
+
+        The 1 is opaque to LLVM (a volatile `mov`): a flag that is known to be 1 after
+        the first iteration makes LLVM peel that iteration, a copy of the loop body."""
+        if inst.dst.name in self.scales:
+            if inst.src.name in self.scales:
+                scale = cg.b.load(self.scales[inst.src.name])
+            else:
+                one = ir.InlineAsm(ir.FunctionType(I32, []), "mov.b32 $0, 1;", "=r",
+                                   side_effect=True)
+                scale = cg.b.call(one, [])
+            cg.b.store(scale, self.scales[inst.dst.name])
+
+    def scale_d(self, cg: KernelCodegen, c: Tensor) -> ir.Value:
+        """wgmma's scale-d for accumulator `c`: 1 (add to c), or 0 while c is zero."""
+        if c.name not in self.scales:
+            return ir.Constant(I32, 1)
+        return cg.b.load(self.scales[c.name])
+
+
+_ZERO = ir.Constant(I32, 0)
