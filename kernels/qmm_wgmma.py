@@ -16,7 +16,8 @@ round trip (no ldmatrix, no conversion of x).
   per-lane order: 16 bytes per lane for int4 and 32 rows of K);
 - the codes are cast to f16/bf16 in `mma` A-fragment order (`a_layout`: warp `j`'s two
   16-column halves of its atom), minus the zero point, times the group's scale (rounded
-  once to the activation type, as the weights of an f16 layer are): the A operand.
+  once to the activation type, as the weights of an f16 layer are; the scales and zeros
+  of each k-tile are copied to shared memory with its x tile): the A operand.
   Within a warpgroup, half `h` of the 4 warps' atoms is one 64-row `wgmma`;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
@@ -91,34 +92,30 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         codes_at = lambda k: tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile,  # noqa: E731
                                             layout=byte_layout)
         xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
+        # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
+        # from shared memory where the weights are scaled (no global latency there).
+        ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
+        zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
         for first in range(stages - 1):  # (not `s`: a runtime loop would carry it)
-            tv.copy_async(xs[first], gxt, [first * bk, m0])
+            _copy_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, m0, n0, group_size)
             tv.copy_async_commit()
         ahead = codes_at(0)
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-        # Groups start at statically known k-tiles of the unrolled body when it spans whole
-        # groups; else every k-tile loads its scales.
-        per_group = (stages * bk) % group_size == 0
+        scale_layout = a_layout.reduce(1)
         for k0 in tv.range(0, K, stages * bk):
             for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
                 k = k0 + s * bk if s else k0
-                if not per_group or (s * bk) % group_size == 0:
-                    group = k // group_size
-                    scale = tv.load_global(gs, [n0, group], [bn, 1],
-                                           layout=a_layout.reduce(1))
-                    zero = tv.load_global(gz, [n0, group], [bn, 1],
-                                          layout=a_layout.reduce(1)) if has_zeros else None
                 packed = ahead
                 ahead = codes_at(k + bk)
                 wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
                              act, a_layout)
-                if has_zeros:
-                    wt = wt - zero
-                wt = wt * scale
                 tv.copy_async_wait(stages - 2)  # this k-tile of x has landed (this
                 tv.sync()  # thread's copies) for every thread; all are done with s - 1
-                tv.copy_async(xs[(s + stages - 1) % stages], gxt,
-                              [k + (stages - 1) * bk, m0])
+                if has_zeros:
+                    wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
+                wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
+                _copy_ktile(xs, ss, zs, (s + stages - 1) % stages, gxt, gs, gz,
+                            k + (stages - 1) * bk, m0, n0, group_size)
                 tv.copy_async_commit()
                 acc = tv.dot(wt, xs[s], acc)
         tv.copy_async_wait(0)
@@ -127,6 +124,15 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
+
+
+def _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
+    """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales
+    (and zeros) of its group for the columns from `n0` into `ss[buf]` (`zs[buf]`)."""
+    tv.copy_async(xs[buf], gxt, [k, m0])
+    tv.copy_async(ss[buf], gs, [n0, k // group_size])
+    if zs is not None:
+        tv.copy_async(zs[buf], gz, [n0, k // group_size])
 
 
 qmm_wgmma_f16 = qmm_wgmma_kernel("f16")  # for `vmc compile kernels/qmm_wgmma.py:... --arch sm_90a`
