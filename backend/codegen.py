@@ -31,9 +31,11 @@ setup, statements and scalar expressions, and the layout arithmetic.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 
 from tilevm.backend.arith import I32, I64, PTR, convert_value, llvm_type, scalar_binary
 from tilevm.backend.passes.lower_bit_packing import is_packed
@@ -91,6 +93,7 @@ class KernelCodegen:
                 self.scalars[param.name] = arg
         self.tid = self._sreg("tid.x")
         self._thread_parts: dict[RegisterLayout, list[ir.Value]] = {}
+        self._broadcast_maps: dict[tuple, list[int]] = {}
         self.inst: ins.Instruction | None = None
 
     # ---- entry point ---------------------------------------------------------------------
@@ -342,24 +345,18 @@ class KernelCodegen:
         broadcast element, the same in every thread (else the layouts are incompatible)."""
         src, dst = self.layout_of(operand), self.layout_of(out)
         oshape = operand.type.static_shape
-        pad = len(dst.shape) - len(oshape)
-        mapping = []
-        for t in range(dst.num_threads):
-            row = []
-            for l in range(dst.local_size):
-                coord = dst.global_index(t, l)[pad:]
-                coord = tuple(c if s != 1 else 0 for c, s in zip(coord, oshape))
-                owners = dict(src.owners(coord))
-                if t not in owners:
-                    raise self.fail(f"%{operand.name} (layout {src}) is not held by the threads "
-                                    f"that need it for %{out.name} (layout {dst}); layout "
-                                    "conversion is not supported by the GPU backend yet")
-                row.append(owners[t])
-            if mapping and row != mapping:
-                raise self.fail(f"%{operand.name} broadcasts to %{out.name} differently in "
-                                "different threads; layout conversion is not supported yet")
-            mapping = row
-        return mapping
+        key = (src, dst, oshape)
+        if key not in self._broadcast_maps:
+            mapping = _broadcast_map(src, dst, oshape)
+            if isinstance(mapping, str):
+                raise self.fail(
+                    f"%{operand.name} (layout {src}) is not held by the threads that need "
+                    f"it for %{out.name} (layout {dst}); layout conversion is not supported "
+                    "by the GPU backend yet" if mapping == "not held" else
+                    f"%{operand.name} broadcasts to %{out.name} differently in different "
+                    "threads; layout conversion is not supported yet")
+            self._broadcast_maps[key] = mapping
+        return self._broadcast_maps[key]
 
     def i64(self, e: Expr | int) -> ir.Value:
         if isinstance(e, int):
@@ -387,6 +384,28 @@ def _dim_strides(layout: RegisterLayout) -> list[int]:
         if dims[m] == dims[m + 1]:
             strides[m] = strides[m + 1] * layout.mode_shape[m + 1]
     return strides
+
+
+def _broadcast_map(src: RegisterLayout, dst: RegisterLayout, oshape: tuple[int, ...]
+                   ) -> list[int] | str:
+    """`KernelCodegen.broadcast_map` over whole layout tables (vectorized): the map, or
+    "not held" / "differs" naming why there is none."""
+    size = math.prod(oshape)
+    held = src.table()  # [thread, local, dim] of the operand
+    flat = np.ravel_multi_index(tuple(np.moveaxis(held, -1, 0)), oshape)
+    local_of = np.zeros(size, dtype=np.int64)  # every owner holds it at the same index
+    local_of[flat] = np.arange(src.local_size)[None, :]
+    owned = np.zeros((src.num_threads, size), dtype=bool)
+    owned[np.arange(src.num_threads)[:, None], flat] = True
+    wanted = dst.table()[:, :, len(dst.shape) - len(oshape):]  # out's coordinates
+    wanted = np.where(np.array(oshape) == 1, 0, wanted)  # broadcast dims read index 0
+    need = np.ravel_multi_index(tuple(np.moveaxis(wanted, -1, 0)), oshape)
+    if not owned[np.arange(dst.num_threads)[:, None], need].all():
+        return "not held"
+    rows = local_of[need]
+    if (rows != rows[0]).any():
+        return "differs"
+    return rows[0].tolist()
 
 
 def generate(program: Program) -> ir.Module:

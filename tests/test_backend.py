@@ -196,3 +196,44 @@ def test_tv_compile_runs_with_torch_tensors():
     assert torch.equal(out, x + y)
     with pytest.raises(TypeError, match="x"):  # a CPU tensor is refused before launch
         add(x.cpu(), y, out, n)
+
+
+def _broadcast_map_by_definition(src, dst, oshape):
+    """For every thread and local index of `dst`, the local index at which the thread
+    holds the operand's element (broadcast dims read index 0), from `owners`."""
+    rows = []
+    for t in range(dst.num_threads):
+        row = []
+        for local_index in range(dst.local_size):
+            coord = dst.global_index(t, local_index)[len(dst.shape) - len(oshape):]
+            owners = dict(src.owners(tuple(c if s != 1 else 0 for c, s in zip(coord, oshape))))
+            if t not in owners:
+                return "not held"
+            row.append(owners[t])
+        rows.append(row)
+    return rows[0] if all(r == rows[0] for r in rows) else "differs"
+
+
+def test_broadcast_maps_agree_with_the_layouts_owners():
+    """The codegen's vectorized operand-to-result map (`_broadcast_map`) against its
+    definition, element by element: a kernel's scales broadcast along K (the map), a
+    tile the result's threads do not hold, and one held at different indices per thread."""
+    from tilevm.backend.codegen import _broadcast_map
+    from tilevm.layouts import local, replicated, spatial
+    from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
+
+    a = spatial(4, 1) * local(2, 4) * mma_m16n8k16_a()
+    c = spatial(2, 2) * local(2, 4) * mma_m16n8k16_c()
+    everywhere = local(32, 1) * replicated(32, ndim=2)
+    cases = [(a.reduce(1), a, (128, 1)), (c.reduce(0), c, (1, 64)), (c, c, (64, 64)),
+             (a.reduce(1).reduce(0), a, (1, 1)), (spatial(32, 1), spatial(8, 4) * local(4, 1),
+                                                  (32, 1)),
+             (everywhere, spatial(32, 1) * local(1, 4), (32, 1)),
+             (everywhere, local(32, 4) * replicated(32, ndim=2), (32, 1)),
+             (spatial(32), spatial(32, 1) * local(1, 4), (32,))]
+    outcomes = set()
+    for src, dst, oshape in cases:
+        want = _broadcast_map_by_definition(src, dst, oshape)
+        assert _broadcast_map(src, dst, oshape) == want, (src, dst)
+        outcomes.add(want if isinstance(want, str) else "map")
+    assert outcomes == {"map", "not held", "differs"}
