@@ -134,7 +134,7 @@ class KernelCodegen:
                 lower(self, stmt)
                 self.inst = None
             elif isinstance(stmt, Let):
-                slot = self._entry_alloca(llvm_type(stmt.var.dtype), stmt.var.name)
+                slot = self.entry_alloca(llvm_type(stmt.var.dtype), stmt.var.name)
                 self.b.store(self.expr(stmt.value, stmt.var.dtype), slot)
                 self.scalars[stmt.var.name] = slot
             elif isinstance(stmt, AssignVar):
@@ -168,7 +168,7 @@ class KernelCodegen:
 
     def lower_for(self, loop: For) -> None:
         ty = llvm_type(loop.var.dtype)
-        slot = self._entry_alloca(ty, loop.var.name)
+        slot = self.entry_alloca(ty, loop.var.name)
         start, stop, step = (self.expr(e, loop.var.dtype) for e in (loop.start, loop.stop,
                                                                      loop.step))
         self.b.store(start, slot)
@@ -243,7 +243,8 @@ class KernelCodegen:
                              f"llvm.nvvm.read.ptx.sreg.{name}")
         return self.b.call(fn, [])
 
-    def _entry_alloca(self, ty: ir.Type, name: str) -> ir.AllocaInstr:
+    def entry_alloca(self, ty: ir.Type, name: str) -> ir.AllocaInstr:
+        """A stack slot in the entry block (mem2reg makes it SSA values and phis)."""
         with self.b.goto_block(self.entry):
             if self.entry.instructions:
                 self.b.position_before(self.entry.instructions[0])
@@ -317,7 +318,7 @@ class KernelCodegen:
 
     def _store(self, tensor: Tensor, values: list[ir.Value]) -> None:
         if tensor.name in self.carried:
-            slots = [self._entry_alloca(v.type, f"{tensor.name}.{i}")
+            slots = [self.entry_alloca(v.type, f"{tensor.name}.{i}")
                      for i, v in enumerate(values)]
             for slot, v in zip(slots, values):
                 self.b.store(v, slot)

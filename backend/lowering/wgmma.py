@@ -297,7 +297,7 @@ class InFlight:
         if out.name not in self.zeroable:
             return False
         if out.name not in self.scales:
-            self.scales[out.name] = cg._entry_alloca(I32, f"{out.name}.scale_d")
+            self.scales[out.name] = cg.entry_alloca(I32, f"{out.name}.scale_d")
         cg.b.store(_ZERO, self.scales[out.name])
         undefined = ir.Constant(llvm_type(out.dtype), ir.Undefined)
         cg.define(out, [undefined] * cg.layout_of(out).local_size)
