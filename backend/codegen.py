@@ -349,13 +349,13 @@ class KernelCodegen:
         key = (src, dst, oshape)
         if key not in self._broadcast_maps:
             mapping = _broadcast_map(src, dst, oshape)
-            if isinstance(mapping, str):
-                raise self.fail(
-                    f"%{operand.name} (layout {src}) is not held by the threads that need "
-                    f"it for %{out.name} (layout {dst}); layout conversion is not supported "
-                    "by the GPU backend yet" if mapping == "not held" else
-                    f"%{operand.name} broadcasts to %{out.name} differently in different "
-                    "threads; layout conversion is not supported yet")
+            if mapping == "not held":
+                raise self.fail(f"%{operand.name} (layout {src}) is not held by the threads "
+                                f"that need it for %{out.name} (layout {dst}); layout "
+                                "conversion is not supported by the GPU backend yet")
+            if mapping == "differs":
+                raise self.fail(f"%{operand.name} broadcasts to %{out.name} differently in "
+                                "different threads; layout conversion is not supported yet")
             self._broadcast_maps[key] = mapping
         return self._broadcast_maps[key]
 
