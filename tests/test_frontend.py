@@ -500,6 +500,51 @@ def test_variable_defined_only_in_a_runtime_branch():
     assert err.loc.line == line_of(k3, "# use")
 
 
+def test_a_store_into_an_outer_container_inside_a_runtime_loop_is_an_error():
+    # `ahead[0] = ...` would run once at compile time: every iteration would read the
+    # first tile. The error names the store's line and the loop.
+    @tv.kernel
+    def k(x: tv.ptr("f32"), y: tv.ptr("f32"), n: tv.int32):
+        g = tv.global_view(x, [4 * n])
+        ahead = [tv.load_global(g, [0], [4])]
+        acc = tv.zeros([4])
+        for i in tv.range(n):                   # the loop
+            acc = acc + ahead[0]
+            ahead[0] = tv.load_global(g, [4 * i + 4], [4])  # the store
+        tv.store_global(tv.global_view(y, [4]), acc, [0])
+    err = error_of(k.specialize)
+    assert "stores into ahead, a Python object bound before the runtime for loop at line " \
+        f"{line_of(k, '# the loop')}" in err.message
+    assert "`ahead[0] = ...`" in err.message
+    assert err.loc.line == line_of(k, "# the store")
+
+    @tv.kernel
+    def k2(x: tv.ptr("f32"), n: tv.int32):
+        box = {"t": 0}
+        for i in tv.range(n):  # noqa: B007
+            if n > 2:
+                box["t"] += 1                   # the store
+    err = error_of(k2.specialize)
+    assert "stores into box" in err.message and err.loc.line == line_of(k2, "# the store")
+
+    # Carried by name (and a list built inside the loop): the values rotate at run time.
+    @tv.kernel
+    def ok(x: tv.ptr("f32"), y: tv.ptr("f32"), n: tv.int32):
+        g = tv.global_view(x, [4 * n])
+        ahead = tv.load_global(g, [0], [4])
+        acc = tv.zeros([4])
+        for i in tv.range(n - 1):
+            parts = [ahead]
+            parts[0] = parts[0] * 2.0
+            acc = acc + parts[0]
+            ahead = tv.load_global(g, [4 * i + 4], [4])
+        tv.store_global(tv.global_view(y, [4]), acc, [0])
+    x = np.arange(12, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    ok.interpret(x, y, 3)
+    assert y.tolist() == (2 * (x[:4] + x[4:8])).tolist()
+
+
 @pytest.mark.parametrize("body, words", [
     ("try:\n        pass\n    except Exception:\n        pass", "try/except is not supported"),
     ("with open('f') as f:\n        pass", "with statements are not supported"),

@@ -60,8 +60,10 @@ Design, and why:
   user's file:line; the original exception stays reachable as `__context__`.
 
 Limits: Python objects reachable only through containers (a list of tiles) are not
-carried through runtime loops; a Python side effect (list.append) inside a runtime
-branch happens at compile time, whatever the branch does at run time.
+carried through runtime loops. A store into an item or attribute of an object bound
+before a runtime construct (`ahead[j] = tile` in a `tv.range` body) is an error for
+that reason; other Python side effects (list.append) inside a runtime construct happen
+once at compile time, whatever the construct does at run time.
 """
 
 from __future__ import annotations
@@ -657,6 +659,8 @@ class _Compiler(fv.BuildContext):
     def visit_Assign(self, node: ast.Assign | ast.AugAssign) -> None:
         # Tensors built by `x = ...` are named after x in the IR (%x, %x.1, ...).
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if self.frames:
+            self._check_no_outer_store(targets)
         if len(targets) == 1 and isinstance(targets[0], ast.Name):
             self.builder.name_hint = targets[0].id
         try:
@@ -665,6 +669,30 @@ class _Compiler(fv.BuildContext):
             self.builder.name_hint = None
 
     visit_AugAssign = visit_Assign
+
+    def _check_no_outer_store(self, targets: list[ast.expr]) -> None:
+        """Inside a runtime construct, an item or attribute store into a Python object
+        bound before it (`ahead[j] = tile`) would run once, at compile time: the next
+        iteration would not see it. An error, not a silently wrong kernel."""
+        frame = self.frames[-1]
+        pending = list(targets)
+        while pending:
+            target = pending.pop()
+            if isinstance(target, ast.Tuple | ast.List):
+                pending.extend(target.elts)
+            elif isinstance(target, ast.Starred):
+                pending.append(target.value)
+            elif isinstance(target, ast.Subscript | ast.Attribute):
+                base = target.value
+                while isinstance(base, ast.Subscript | ast.Attribute):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in frame.before:
+                    raise VMError(
+                        f"`{ast.unparse(target)} = ...` stores into {base.id}, a Python object "
+                        f"bound before the {self.runtime_construct()}: the store happens once, "
+                        "at compile time, not in each iteration at run time (a tile stored "
+                        "there does not reach the next iteration). Give each carried value a "
+                        "name of its own, or build the object inside the construct")
     visit_Expr = visit_Assert = visit_simple
     visit_Delete = visit_Import = visit_ImportFrom = visit_Raise = visit_simple
 
