@@ -290,6 +290,12 @@ class _Lanes:
             return ir.Constant(_I32, value | (value << 16))
         return ir.Constant(self.int_type, [value, value])
 
+    def opaque(self, builder: ir.IRBuilder, value: int) -> ir.Value:
+        """`value` in every lane, as a register the PTX assembler keeps: read once from
+        memory at the function's entry where the lanes are one integer (`_opaque`)."""
+        const = self.const(value)
+        return const if self.mode == "vector" else _opaque(builder, const)
+
     def amount(self, value: int) -> ir.Constant:
         """A shift amount or multiplier, the same for every lane: in the swar mode it is
         one plain i32 operand (a shift moves both lanes; a product of a 0/1 lane by a
@@ -336,8 +342,12 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
     s = offset
     if rule.src.is_integer:
         u = builder.xor(code, lanes.const(rule.flip << s)) if rule.flip else code
-        x = builder.or_(builder.and_(u, lanes.const(rule.low_mask << s)),
-                        lanes.const(rule.magic_bits))
+        if rule.y_step:
+            x = builder.or_(builder.and_(u, lanes.const(rule.low_mask << s)),
+                            lanes.const(rule.magic_bits))
+        else:  # the flip lies in the mask: (u & mask) | magic = (code & mask) ^ bias
+            bias = lanes.opaque(builder, (rule.flip << s) | rule.magic_bits)
+            x = builder.xor(builder.and_(code, lanes.const(rule.low_mask << s)), bias)
         if s:  # x = magic + u * 2^s (s <= T - b keeps it in the mantissa): one fma
             magic = float(1 << rule.dst.mantissa_bits)
             return _fma(builder, builder.bitcast(x, out_type),
@@ -365,6 +375,35 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
     if rule.scale_exponent:
         value = builder.fmul(value, lanes.float_const(2.0 ** rule.scale_exponent, scalar_type))
     return value
+
+
+def _opaque(builder: ir.IRBuilder, const: ir.Constant) -> ir.Value:
+    """`const`, loaded once per function at its entry from a module global of that value.
+
+    Why: a code's conversion `(code & mask) ^ bias` is one three-input logic op (`LOP3`)
+    on the GPU, but `LOP3` takes one immediate; with both constants immediate in the PTX,
+    ptxas keeps one as the immediate and, short of registers, re-materializes the other
+    before every `LOP3` (an `IMAD.MOV` per converted pair: 32 of the wgmma kernel's 245
+    instructions per k-tile). A value read from memory is not a constant to ptxas, so it
+    stays in one register and every conversion is one `LOP3`. (The global is never
+    written; it is not marked constant so that neither LLVM nor ptxas folds the load.)"""
+    fn = builder.function
+    cache = fn.__dict__.setdefault("_tilevm_opaque", {})
+    key = (str(const.type), const.constant)
+    if key not in cache:
+        module = fn.module
+        name = f"tilevm_opaque_{const.type}_{const.constant & 0xFFFFFFFFFFFFFFFF:x}"
+        glob = module.globals.get(name)
+        if glob is None:
+            glob = ir.GlobalVariable(module, const.type, name)
+            glob.initializer = const
+            glob.align = const.type.width // 8
+        # (the builder's own position: another builder inserting into its block would
+        # leave its insertion index stale; `goto_block` returns to the block's end)
+        with builder.goto_block(fn.entry_basic_block):
+            builder.position_at_start(fn.entry_basic_block)
+            cache[key] = builder.load(glob, name="opaque")
+    return cache[key]
 
 
 def _shift(builder: ir.IRBuilder, value: ir.Value, amount: int, lanes: _Lanes) -> ir.Value:

@@ -346,6 +346,37 @@ def test_conversions_compile_to_ptx_without_calls():
     assert re.search(r"\b(mul|sub|fma)\.rn\.bf16x2\b", ptx), ptx
 
 
+def test_the_integer_bias_is_a_register_read_once_per_function():
+    # `(code & mask) ^ bias` is one LOP3 only if ptxas cannot fold the bias into an
+    # immediate: it is loaded from a module global, once, in the entry block.
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    module = ir.Module(name="bias")
+    module.triple = "nvptx64-nvidia-cuda"
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), "pairs")
+    b = ir.IRBuilder(fn.append_basic_block())
+    word = b.load(fn.args[0], typ=I32)
+    # codes at bit 0 of each lane (twice: one bias) and at bit 4 (another bias)
+    for offset in (0, 4, 0):
+        pair = cv.emit_convert_pair(b, word, "int4", "f16", offset=offset)
+        b.store(pair, b.gep(fn.args[1], [ir.Constant(I32, offset)], source_etype=I32))
+    b.ret_void()
+    entry = fn.blocks[0].instructions
+    loads = [i for i in entry if i.opname == "load" and "tilevm_opaque" in str(i)]
+    assert len(loads) == 2 and entry[:2] == loads  # one per bias, first in the entry
+    rule = cv.conversion_rule("int4", "f16")
+    for offset in (0, 4):
+        bias = rule.flip << offset | rule.magic_bits
+        name = f"tilevm_opaque_i32_{bias | bias << 16:x}"
+        assert module.globals[name].initializer.constant == bias | bias << 16
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    ptx = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
+        cpu="sm_80", opt=2).emit_assembly(parsed)
+    assert len(re.findall(r"ld\.global\S*\s+%r\d+, \[tilevm_opaque_", ptx)) == 2, ptx
+    assert re.findall(r"xor\.b32\s+%r\d+, %r\d+, %r\d+;", ptx), ptx  # the bias a register
+
+
 def test_bfloat_constants_print_exactly():
     assert str(ir.Constant(cv.BFLOAT, 1.5)) == "bfloat 0xR3FC0"
     with pytest.raises(ValueError):

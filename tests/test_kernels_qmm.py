@@ -178,7 +178,10 @@ def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
     assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix" in ptx
     assert s.staged == (M == 4096)
     if s.staged:  # every operand through shared memory, in 16-byte copies
-        assert "cp.async.cg.shared.global" in ptx and "ld.global" not in ptx
+        assert "cp.async.cg.shared.global" in ptx
+        # (the conversion's bias constants are read once from a module global)
+        assert not [line for line in ptx.splitlines()
+                    if "ld.global" in line and "tilevm_opaque_" not in line]
     elif dtypes.parse(wdtype).bits in (4, 8):
         assert "ld.global.v4" in ptx  # 16 bytes of codes per lane
     # Each converted pair (and each pair scaled) is one mma register: no two halves of
@@ -232,7 +235,9 @@ def test_the_kernel_rejects_odd_stages_with_its_reason():
 def test_default_schedule_fills_the_gpu_with_split_k():
     s = default_schedule(1, 4096, 4096, 128, sms=132)
     assert (4096 // (32 * s.num_warps)) * s.split_k >= 4 * 132
-    assert default_schedule(1, 57344, 8192, 128).split_k <= 2
+    # wide enough without a split: 4 warps (2 would need 132 registers at prefetch 3)
+    s = default_schedule(1, 57344, 8192, 128)
+    assert (s.num_warps, s.split_k, s.prefetch) == (4, 1, 3)
 
 
 def test_m_buckets():
