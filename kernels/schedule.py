@@ -216,7 +216,8 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     """A good schedule without timing anything (see the module docstring)."""
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
     # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
-    # block; prefill 4 warps (128 columns) per block for wide layers.
+    # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
+    # block for wide layers.
     if M >= STAGED_FROM and hopper:
         tile = wgmma(*WGMMA_TILES[0], group_size)
         if tile.fits(K, group_size):
@@ -234,6 +235,11 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
         bm, warps = row_tiles(M)[0], 4 if N >= 8192 else 2
     blocks = -(-N // (32 * warps)) * -(-M // bm)
     split = 1
+    if swap_ab and bm == 8 and blocks >= 4 * sms:
+        # Wide enough that 2-warp blocks need no split: 4 warps, no split (measured on an
+        # H100, 70B gate_up int4 M = 1, prefetch 3 x unroll 2: 98 us against 164; the
+        # 2-warp kernel needs 132 registers, past the 128 that let 16 warps share an SM).
+        warps = 4
     while blocks * split < 4 * sms and split < 16 and \
             Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
