@@ -218,8 +218,8 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
     start = time.perf_counter()
-    timings: list[tuple[float, Schedule]] = []
     sleep = getattr(torch.cuda, "_sleep", None)
+    hosts = []  # each candidate's host time to submit one call
     for i, s in enumerate(todo):
         _progress(f"tuning qmm {qw.dtype} g{qw.group_size} M={M} N={N} K={K}", i, len(todo))
         _launch(x, qw, y, s)  # compiles
@@ -227,21 +227,25 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
         host = time.perf_counter()
         for _ in range(3):
             _launch(x, qw, y, s)
-        host = (time.perf_counter() - host) / 3  # the host's time to submit one call
+        hosts.append((time.perf_counter() - host) / 3)
         torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
+    # Timed in rounds, one run of every candidate per round: a drift of the GPU's clocks
+    # (it idles while the candidates compile) weighs on all of them alike, not on the
+    # first ones timed.
+    times: list[list[float]] = [[] for _ in todo]
+    for _ in range(reps):
+        for i, s in enumerate(todo):
             flush.zero_()
             if sleep is not None:  # keep the GPU busy while the host submits the call,
-                sleep(int(2 * host * 2e9))  # so the events time the kernels alone
+                sleep(int(2 * hosts[i] * 2e9))  # so the events time the kernels alone
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
             begin.record()
             _launch(x, qw, y, s)
             end.record()
             end.synchronize()
-            times.append(begin.elapsed_time(end) * 1e3)
-        timings.append((sorted(times)[len(times) // 2], s))
+            times[i].append(begin.elapsed_time(end) * 1e3)
+    timings = [(sorted(t)[len(t) // 2], s) for t, s in zip(times, todo, strict=True)]
     _progress("", len(todo), len(todo))
     best_us, best = min(timings, key=lambda t: t[0])
     return best, {"us": round(best_us, 2), "candidates": len(todo),
