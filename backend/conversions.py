@@ -341,8 +341,8 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
     out_type = lanes.float_type(scalar_type)
     s = offset
     if rule.src.is_integer:
-        u = builder.xor(code, lanes.const(rule.flip << s)) if rule.flip else code
         if rule.y_step:
+            u = builder.xor(code, lanes.const(rule.flip << s)) if rule.flip else code
             x = builder.or_(builder.and_(u, lanes.const(rule.low_mask << s)),
                             lanes.const(rule.magic_bits))
         else:  # the flip lies in the mask: (u & mask) | magic = (code & mask) ^ bias

@@ -693,6 +693,7 @@ class _Compiler(fv.BuildContext):
                         "at compile time, not in each iteration at run time (a tile stored "
                         "there does not reach the next iteration). Give each carried value a "
                         "name of its own, or build the object inside the construct")
+
     visit_Expr = visit_Assert = visit_simple
     visit_Delete = visit_Import = visit_ImportFrom = visit_Raise = visit_simple
 
