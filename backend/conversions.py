@@ -296,6 +296,19 @@ class _Lanes:
         const = self.const(value)
         return const if self.mode == "vector" else _opaque(builder, const)
 
+    def opaque_float(self, builder: ir.IRBuilder, value: float, dst: DataType,
+                     scalar: ir.Type) -> ir.Value:
+        """`value` (of the 16-bit float type `dst`) in every lane, as a register the PTX
+        assembler keeps (`opaque`) where the lanes are one integer. Why: `HFMA2` takes one
+        immediate pair, so the other constant operand lives in a register, and ptxas,
+        short of registers, put it in the unused upper half of a register holding a
+        loaded scale: every conversion then waited for the scale's global load (26% of
+        the swapped decode kernel's stall samples, H100 ncu, 8B qkv int4 M=1)."""
+        if self.mode != "swar":
+            return self.float_const(value, scalar)
+        return builder.bitcast(self.opaque(builder, _float_bits(value, dst)),
+                               self.float_type(scalar))
+
     def amount(self, value: int) -> ir.Constant:
         """A shift amount or multiplier, the same for every lane: in the swar mode it is
         one plain i32 operand (a shift moves both lanes; a product of a 0/1 lane by a
@@ -351,7 +364,7 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
         if s:  # x = magic + u * 2^s (s <= T - b keeps it in the mantissa): one fma
             magic = float(1 << rule.dst.mantissa_bits)
             return _fma(builder, builder.bitcast(x, out_type),
-                        lanes.float_const(2.0 ** -s, scalar_type),
+                        lanes.opaque_float(builder, 2.0 ** -s, rule.dst, scalar_type),
                         lanes.float_const(-(magic * 2.0 ** -s + rule.flip), scalar_type))
         if rule.y_step:  # b = T + 1: the top bit of u lowers the subtrahend by 2^T
             t_m = rule.dst.mantissa_bits

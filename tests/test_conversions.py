@@ -348,7 +348,9 @@ def test_conversions_compile_to_ptx_without_calls():
 
 def test_the_integer_bias_is_a_register_read_once_per_function():
     # `(code & mask) ^ bias` is one LOP3 only if ptxas cannot fold the bias into an
-    # immediate: it is loaded from a module global, once, in the entry block.
+    # immediate: it is loaded from a module global, once, in the entry block. So is the
+    # f16x2 multiplier 2^-4 of the codes at bit 4 (one register of its own, not the spare
+    # half of another's).
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     module = ir.Module(name="bias")
@@ -363,18 +365,25 @@ def test_the_integer_bias_is_a_register_read_once_per_function():
     b.ret_void()
     entry = fn.blocks[0].instructions
     loads = [i for i in entry if i.opname == "load" and "tilevm_opaque" in str(i)]
-    assert len(loads) == 2 and entry[:2] == loads  # one per bias, first in the entry
+    # one per bias and one for the multiplier, first in the entry
+    assert len(loads) == 3 and entry[:3] == loads
     rule = cv.conversion_rule("int4", "f16")
     for offset in (0, 4):
         bias = rule.flip << offset | rule.magic_bits
         name = f"tilevm_opaque_i32_{bias | bias << 16:x}"
         assert module.globals[name].initializer.constant == bias | bias << 16
+    sixteenth = int(np.float16(2.0 ** -4).view(np.uint16))  # 0x2c00
+    multiplier = module.globals[f"tilevm_opaque_i32_{sixteenth | sixteenth << 16:x}"]
+    assert multiplier.initializer.constant == sixteenth | sixteenth << 16
     parsed = llvm.parse_assembly(str(module))
     parsed.verify()
     ptx = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(
         cpu="sm_80", opt=2).emit_assembly(parsed)
-    assert len(re.findall(r"ld\.global\S*\s+%r\d+, \[tilevm_opaque_", ptx)) == 2, ptx
+    assert len(re.findall(r"ld\.global\S*\s+%r\d+, \[tilevm_opaque_", ptx)) == 3, ptx
     assert re.findall(r"xor\.b32\s+%r\d+, %r\d+, %r\d+;", ptx), ptx  # the bias a register
+    # the multiplier a register too: every f16x2 fma takes it, none an immediate 2^-4
+    fmas = re.findall(r"fma\.rn\.f16x2\s+%r\d+, %r\d+, (\S+), (\S+);", ptx)
+    assert fmas and all(a.startswith("%r") for a, _ in fmas), ptx
 
 
 def test_bfloat_constants_print_exactly():
