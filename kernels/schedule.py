@@ -22,9 +22,9 @@ rows, x^T through `stages` shared buffers read by wgmma; `bk` 64 or 32); it take
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
-when `N / 32` warps are too few), the smallest tile rows that cover M, up to 8 rows
-three k-tiles of weights in flight (`deepen`); the staged kernel from `STAGED_FROM`
-rows on, or on Hopper (`hopper=True`: sm_90a code runs) the wgmma kernel.
+when `N / 32` warps are too few), the smallest tile rows that cover M, one k-tile of
+weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
+(`hopper=True`: sm_90a code runs) the wgmma kernel.
 """
 
 from __future__ import annotations
@@ -230,18 +230,17 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     x_shared = even_stages(1, group_size, bk)
     swap_ab = M <= 16 and x_shared
     if swap_ab:
-        bm, warps = swap_rows(M), 2
+        # Up to 8 rows 4 warps, one k-tile of weights ahead: the tuner's pick on most
+        # layers and types (H100, 2026-11-21). The deeper pipeline (`deepen`) won only on
+        # wide layers, and its registers sit at the 128 that let 16 warps share an SM: a
+        # conversion change that cost a few (int4: 136) made it 25-40% slower.
+        bm = swap_rows(M)
+        warps = 4 if bm == 8 else 2
     else:
         bm, warps = row_tiles(M)[0], 4 if N >= 8192 else 2
     blocks = -(-N // (32 * warps)) * -(-M // bm)
     split = 1
-    if swap_ab and bm == 8 and blocks >= 4 * sms:
-        # Wide enough that 2-warp blocks need no split: 4 warps, no split (measured on an
-        # H100, 70B gate_up int4 M = 1, prefetch 3 x unroll 2: 98 us against 164; the
-        # 2-warp kernel needs 132 registers, past the 128 that let 16 warps share an SM).
-        warps = 4
     while blocks * split < 4 * sms and split < 16 and \
             Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
-    s = Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
-    return deepen(s, K, group_size) if swap_ab and bm == 8 else s
+    return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
