@@ -15,7 +15,9 @@ cuBLAS fp16/bf16 (`torch.matmul`) and, where it imports, the Triton low-bit matm
   submission outlasts the flush (tilevm's Python launch path, ~250 us on the H100
   machine) would have its host time counted by do_bench; it is timed with CUDA events
   behind a GPU sleep instead (see `Timer`), and each row records its method and the
-  host time per launch;
+  host time per launch. `--l2-flush read` reads the flush buffer instead of writing
+  it (every run timed with events): the write flush leaves L2 dirty, and a kernel that
+  reads B bytes then also waits for up to min(B, L2 size) bytes of write-back;
 - the two ceilings are measured in the same run: device-to-device copy bandwidth
   (bytes read + written per second) and cuBLAS fp16 TFLOP/s at 8192^3. Each result is
   reported as us, TB/s, TFLOP/s, speedup over cuBLAS on the same shape and activation
@@ -92,6 +94,7 @@ WEIGHT_TYPES = ["int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2"
                 "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2"]
 ACTS = ["f16", "bf16"]
 BACKENDS = ["tilevm", "cublas", "gemlite"]
+L2_FLUSHES = ["write", "read"]
 GROUP_SIZE = 128
 SCALE_BYTES = 2  # one f16 (or bf16) scale per group and column
 
@@ -144,6 +147,7 @@ class Options:
     install_wheels: bool = False
     preset: str = "default"
     gemlite_dtypes: list[str] = field(default_factory=lambda: ["int4"])
+    l2_flush: str = "write"
 
 
 def _split(text: str) -> list[str]:
@@ -231,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-reps", type=int, default=MIN_REPS,
                         help=f"timed runs per median, at least (default {MIN_REPS})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--l2-flush", choices=L2_FLUSHES, default="write",
+                        help="how L2 is emptied before each timed run: write (default) "
+                             "zeroes a 256 MB buffer, as triton.testing.do_bench does; read "
+                             "sums one, which leaves L2 clean (see Timer)")
     parser.add_argument("--install-wheels", action="store_true",
                         help="pip install --no-deps --no-index the wheels in bench/wheels "
                              "(gemlite) before the run")
@@ -266,7 +274,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                    backends=backends, group_size=args.group_size, budget_s=max(budget, 0.0),
                    min_reps=args.min_reps, seed=args.seed,
                    install_wheels=args.install_wheels, preset=name,
-                   gemlite_dtypes=gemlite_dtypes)
+                   gemlite_dtypes=gemlite_dtypes, l2_flush=args.l2_flush)
 
 
 # ---- the roofline (pure) ---------------------------------------------------------------------
@@ -504,25 +512,48 @@ class Timer:
     the GPU idles between the events and that time counts as the kernel's. So a launch
     whose host time exceeds half the flush is instead timed with CUDA events behind a
     GPU sleep (`torch.cuda._sleep`) longer than the host's submission, which keeps the
-    GPU busy until the launch is queued: the events then bracket the kernel alone."""
+    GPU busy until the launch is queued: the events then bracket the kernel alone.
 
-    def __init__(self, min_reps: int = MIN_REPS) -> None:
+    `l2_flush`: how L2 is emptied. "write" zeroes a 256 MB buffer (do_bench's own flush).
+    That leaves L2 full of dirty lines, which the timed kernel's reads then evict and
+    the memory writes back during its run: a kernel reading B bytes also pays for up to
+    min(B, L2) bytes written (H100, 8B qkv at M = 1: cuBLAS 48 us, 39 us after a read
+    flush or with rotating weight copies; tilevm int4 20 vs 17 us). "read" sums the
+    buffer instead (every run timed with events), which evicts as well and leaves the
+    lines clean: the kernel moves only its own bytes, as in a serving loop whose
+    previous kernel read its weights, and as the roofline counts them."""
+
+    def __init__(self, min_reps: int = MIN_REPS, l2_flush: str = "write") -> None:
         import torch
 
+        if l2_flush not in L2_FLUSHES:
+            raise ValueError(f"l2_flush must be one of {', '.join(L2_FLUSHES)}, got "
+                             f"{l2_flush!r}")
         self.min_reps = min_reps
-        try:
-            from triton.testing import do_bench
-            self._do_bench: Callable | None = do_bench
-            self.method = "triton.testing.do_bench(return_mode='median'), L2 flushed per " \
-                          "run; launches with host time > flush/2: CUDA events behind a " \
-                          "GPU sleep, flushed per run"
-        except Exception:  # no Triton: CUDA events and our own flush
-            self._do_bench = None
-            self.method = f"CUDA events behind a GPU sleep, median, {FLUSH_BYTES >> 20} MB " \
-                          "L2 flush per run"
-        # Writing this buffer evicts everything else from L2 (50 MB on an H100).
-        self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self.flush_s = self._gpu_seconds(self._flush.zero_, 10)
+        self.l2_flush = l2_flush
+        flush = f"{FLUSH_BYTES >> 20} MB L2 flush per run ({l2_flush})"
+        self._do_bench: Callable | None = None
+        self.method = f"CUDA events behind a GPU sleep, median, {flush}"
+        if l2_flush == "write":
+            try:
+                from triton.testing import do_bench
+                self._do_bench = do_bench
+                self.method = "triton.testing.do_bench(return_mode='median'), L2 flushed " \
+                              "per run; launches with host time > flush/2: CUDA events " \
+                              f"behind a GPU sleep, {flush}"
+            except Exception:  # no Triton: CUDA events and our own flush
+                pass
+        # Writing (or reading) this buffer evicts everything else from L2 (50 MB on an
+        # H100).
+        self._flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.flush_s = self._gpu_seconds(self.flush, 10)
+
+    def flush(self) -> None:
+        """Empty L2 (see the class docstring)."""
+        if self.l2_flush == "write":
+            self._flush_buffer.zero_()
+        else:
+            self._flush_buffer.sum()
 
     @staticmethod
     def _gpu_seconds(fn: Callable[[], Any], n: int) -> float:
@@ -550,7 +581,7 @@ class Timer:
         torch.cuda.synchronize()
 
         def flushed():
-            self._flush.zero_()
+            self.flush()
             fn()
 
         return self._gpu_seconds(flushed, 3), host
@@ -583,7 +614,7 @@ class Timer:
         sleep = getattr(torch.cuda, "_sleep", lambda cycles: None)
         for s, e in zip(starts, ends):
             sleep(cycles)
-            self._flush.zero_()
+            self.flush()
             s.record()
             fn()
             e.record()
@@ -1065,7 +1096,7 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
     generator.manual_seed(options.seed)
     env = environment()
     log(f"qmm: {env['gpu']}, torch {env['torch']}, triton {env['triton']}")
-    timer = Timer(options.min_reps)
+    timer = Timer(options.min_reps, options.l2_flush)
     ceilings = measure_ceilings(timer)
     log(f"ceilings: copy {ceilings['copy_bw_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS f16 "
         f"{ceilings['cublas_f16_tflops']:.0f} / bf16 {ceilings['cublas_bf16_tflops']:.0f} "

@@ -93,6 +93,12 @@ def test_default_preset_is_the_8b_layers_and_ragged_n_in_f16_under_a_budget():
     assert o.act == ["f16"] and o.backends == ["tilevm", "cublas", "gemlite"]
     assert o.group_size == 128 and o.min_reps == 100 and o.budget_s == 480
     assert o.gemlite_dtypes == ["int4"]
+    assert o.l2_flush == "write"  # as triton.testing.do_bench flushes
+
+
+def test_the_l2_flush_is_write_or_read():
+    assert qmm.parse_options(["out", "--l2-flush", "read"]).l2_flush == "read"
+    assert qmm.parse_options(["out", "--l2-flush", "write"]).l2_flush == "write"
 
 
 def test_quick_and_full_presets():
@@ -123,7 +129,8 @@ def test_explicit_selections_override_the_preset():
 @pytest.mark.parametrize("argv", [["--m", "0"], ["--m", "x"], ["--shapes", "9b.qkv"],
                                   ["--shapes", "12x"], ["--dtypes", "int9"],
                                   ["--act", "f32"], ["--backends", "cutlass"],
-                                  ["--group-size", "0"], ["--min-reps", "0"]])
+                                  ["--group-size", "0"], ["--min-reps", "0"],
+                                  ["--l2-flush", "none"]])
 def test_bad_options_exit_with_status_2(argv, capsys):
     with pytest.raises(SystemExit) as err:
         qmm.parse_options(["out", *argv])
