@@ -1,0 +1,30 @@
+# usage: decab3.py ROOT OUT.jsonl DTYPES SHAPES MS -> default + tuned timings (bench Timer, write flush) for ROOT
+import sys, json, importlib.util
+root, out = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("tilevm", f"{root}/__init__.py", submodule_search_locations=[root])
+m = importlib.util.module_from_spec(spec); sys.modules["tilevm"] = m; spec.loader.exec_module(m)
+import torch
+from tilevm.kernels.weights import quantize
+from tilevm.kernels.matmul import quantized_matmul, tuned_schedule
+from tilevm.kernels.schedule import default_schedule
+from tilevm.bench.qmm import Timer
+SH = {"8b.qkv": (12288, 4096), "70b.o": (8192, 8192), "70b.qkv": (10240, 8192), "70b.gate_up": (57344, 8192), "70b.down": (8192, 28672)}
+timer = Timer(min_reps=50)
+f = open(out, "a")
+for sh in sys.argv[4].split(","):
+    N, K = SH[sh]
+    for wd in sys.argv[3].split(","):
+        torch.manual_seed(0)
+        w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        qw = quantize(w, wd, 128, format="fragments")
+        wf = qw.dequantize().cuda().double()
+        for M in map(int, sys.argv[5].split(",")):
+            x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+            ref = x.double() @ wf
+            rec = dict(root=root.rstrip("/").split("/")[-1], shape=sh, wd=wd, M=M)
+            for name, tune in (("default", False), ("tuned", True)):
+                y = quantized_matmul(x, qw, tune=tune); torch.cuda.synchronize()
+                rec[name + "_err"] = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+                rec[name] = round(timer(lambda: quantized_matmul(x, qw, tune=tune))[0] * 1e6, 2)
+            rec["sched"] = str(tuned_schedule(x, qw))
+            print(json.dumps(rec), flush=True); f.write(json.dumps(rec) + "\n")
