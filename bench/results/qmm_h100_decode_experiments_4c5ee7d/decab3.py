@@ -1,14 +1,29 @@
-# usage: decab3.py ROOT OUT.jsonl DTYPES SHAPES MS -> default + tuned timings (bench Timer, write flush) for ROOT
-import sys, json, importlib.util
+# usage: decab3.py ROOT OUT.jsonl DTYPES SHAPES MS
+# -> default and tuned timings of the package at ROOT (bench Timer, write flush)
+import importlib.util
+import json
+import sys
+
 root, out = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("tilevm", f"{root}/__init__.py", submodule_search_locations=[root])
-m = importlib.util.module_from_spec(spec); sys.modules["tilevm"] = m; spec.loader.exec_module(m)
-import torch
-from tilevm.kernels.weights import quantize
-from tilevm.kernels.matmul import quantized_matmul, tuned_schedule
-from tilevm.kernels.schedule import default_schedule
-from tilevm.bench.qmm import Timer
-SH = {"8b.qkv": (12288, 4096), "70b.o": (8192, 8192), "70b.qkv": (10240, 8192), "70b.gate_up": (57344, 8192), "70b.down": (8192, 28672)}
+spec = importlib.util.spec_from_file_location(
+    "tilevm", f"{root}/__init__.py", submodule_search_locations=[root]
+)
+m = importlib.util.module_from_spec(spec)
+sys.modules["tilevm"] = m
+spec.loader.exec_module(m)
+import torch  # noqa: E402
+
+from tilevm.bench.qmm import Timer  # noqa: E402
+from tilevm.kernels.matmul import quantized_matmul, tuned_schedule  # noqa: E402
+from tilevm.kernels.weights import quantize  # noqa: E402
+
+SH = {
+    "8b.qkv": (12288, 4096),
+    "70b.o": (8192, 8192),
+    "70b.qkv": (10240, 8192),
+    "70b.gate_up": (57344, 8192),
+    "70b.down": (8192, 28672),
+}
 timer = Timer(min_reps=50)
 f = open(out, "a")
 for sh in sys.argv[4].split(","):
@@ -23,8 +38,14 @@ for sh in sys.argv[4].split(","):
             ref = x.double() @ wf
             rec = dict(root=root.rstrip("/").split("/")[-1], shape=sh, wd=wd, M=M)
             for name, tune in (("default", False), ("tuned", True)):
-                y = quantized_matmul(x, qw, tune=tune); torch.cuda.synchronize()
+                y = quantized_matmul(x, qw, tune=tune)
+                torch.cuda.synchronize()
                 rec[name + "_err"] = ((y.double() - ref).abs().max() / ref.abs().max()).item()
-                rec[name] = round(timer(lambda: quantized_matmul(x, qw, tune=tune))[0] * 1e6, 2)
+                rec[name] = round(
+                    timer(lambda x=x, qw=qw, tune=tune: quantized_matmul(x, qw, tune=tune))[0]
+                    * 1e6,
+                    2,
+                )
             rec["sched"] = str(tuned_schedule(x, qw))
-            print(json.dumps(rec), flush=True); f.write(json.dumps(rec) + "\n")
+            print(json.dumps(rec), flush=True)
+            f.write(json.dumps(rec) + "\n")

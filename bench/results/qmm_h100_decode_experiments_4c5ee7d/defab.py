@@ -1,14 +1,29 @@
 # usage: defab.py ROOT OUT.jsonl DTYPES SHAPES MS -> default-schedule timings only
-import sys, json, importlib.util
+import importlib.util
+import json
+import sys
+
 root, out = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("tilevm", f"{root}/__init__.py", submodule_search_locations=[root])
-m = importlib.util.module_from_spec(spec); sys.modules["tilevm"] = m; spec.loader.exec_module(m)
-import torch
-from tilevm.kernels.weights import quantize
-from tilevm.kernels.matmul import quantized_matmul
-from tilevm.kernels.schedule import default_schedule
-from tilevm.bench.qmm import Timer
-SH = {"8b.qkv": (12288, 4096), "70b.o": (8192, 8192), "70b.qkv": (10240, 8192), "70b.gate_up": (57344, 8192), "70b.down": (8192, 28672)}
+spec = importlib.util.spec_from_file_location(
+    "tilevm", f"{root}/__init__.py", submodule_search_locations=[root]
+)
+m = importlib.util.module_from_spec(spec)
+sys.modules["tilevm"] = m
+spec.loader.exec_module(m)
+import torch  # noqa: E402
+
+from tilevm.bench.qmm import Timer  # noqa: E402
+from tilevm.kernels.matmul import quantized_matmul  # noqa: E402
+from tilevm.kernels.schedule import default_schedule  # noqa: E402
+from tilevm.kernels.weights import quantize  # noqa: E402
+
+SH = {
+    "8b.qkv": (12288, 4096),
+    "70b.o": (8192, 8192),
+    "70b.qkv": (10240, 8192),
+    "70b.gate_up": (57344, 8192),
+    "70b.down": (8192, 28672),
+}
 timer = Timer(min_reps=50)
 f = open(out, "a")
 for sh in sys.argv[4].split(","):
@@ -19,7 +34,15 @@ for sh in sys.argv[4].split(","):
         qw = quantize(w, wd, 128, format="fragments")
         for M in map(int, sys.argv[5].split(",")):
             x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-            quantized_matmul(x, qw, tune=False); torch.cuda.synchronize()
-            rec = dict(root=root.rstrip("/").split("/")[-1], shape=sh, wd=wd, M=M, sched=str(default_schedule(M, N, K, 128, hopper=True)),
-                       us=round(timer(lambda: quantized_matmul(x, qw, tune=False))[0] * 1e6, 2))
-            print(json.dumps(rec), flush=True); f.write(json.dumps(rec) + "\n")
+            quantized_matmul(x, qw, tune=False)
+            torch.cuda.synchronize()
+            rec = dict(
+                root=root.rstrip("/").split("/")[-1],
+                shape=sh,
+                wd=wd,
+                M=M,
+                sched=str(default_schedule(M, N, K, 128, hopper=True)),
+                us=round(timer(lambda x=x, qw=qw: quantized_matmul(x, qw, tune=False))[0] * 1e6, 2),
+            )
+            print(json.dumps(rec), flush=True)
+            f.write(json.dumps(rec) + "\n")
