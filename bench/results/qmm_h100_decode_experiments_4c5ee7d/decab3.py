@@ -1,5 +1,6 @@
-# usage: decab3.py ROOT OUT.jsonl DTYPES SHAPES MS
-# -> default and tuned timings of the package at ROOT (bench Timer, write flush)
+# usage: decab3.py ROOT OUT.jsonl DTYPES SHAPES MS [default]
+# -> default and tuned timings of the package at ROOT (bench Timer, write flush);
+#    with "default", the default schedules only (and their names), nothing tuned
 import importlib.util
 import json
 import sys
@@ -15,6 +16,7 @@ import torch  # noqa: E402
 
 from tilevm.bench.qmm import Timer  # noqa: E402
 from tilevm.kernels.matmul import quantized_matmul, tuned_schedule  # noqa: E402
+from tilevm.kernels.schedule import default_schedule  # noqa: E402
 from tilevm.kernels.weights import quantize  # noqa: E402
 
 SH = {
@@ -25,6 +27,9 @@ SH = {
     "70b.down": (8192, 28672),
 }
 timer = Timer(min_reps=50)
+modes = (
+    (("default", False),) if sys.argv[6:] == ["default"] else (("default", False), ("tuned", True))
+)
 f = open(out, "a")
 for sh in sys.argv[4].split(","):
     N, K = SH[sh]
@@ -37,7 +42,7 @@ for sh in sys.argv[4].split(","):
             x = torch.randn(M, K, device="cuda", dtype=torch.float16)
             ref = x.double() @ wf
             rec = dict(root=root.rstrip("/").split("/")[-1], shape=sh, wd=wd, M=M)
-            for name, tune in (("default", False), ("tuned", True)):
+            for name, tune in modes:
                 y = quantized_matmul(x, qw, tune=tune)
                 torch.cuda.synchronize()
                 rec[name + "_err"] = ((y.double() - ref).abs().max() / ref.abs().max()).item()
@@ -46,6 +51,9 @@ for sh in sys.argv[4].split(","):
                     * 1e6,
                     2,
                 )
-            rec["sched"] = str(tuned_schedule(x, qw))
+            if len(modes) == 1:
+                rec["sched"] = str(default_schedule(M, N, K, 128, hopper=True))
+            else:
+                rec["sched"] = str(tuned_schedule(x, qw))
             print(json.dumps(rec), flush=True)
             f.write(json.dumps(rec) + "\n")
