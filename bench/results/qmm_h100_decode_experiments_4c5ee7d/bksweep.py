@@ -5,24 +5,17 @@ import sys
 
 import torch
 
-from tilevm.bench.qmm import Timer
+from tilevm.bench.qmm import SHAPES, Timer
 from tilevm.kernels.matmul import quantized_matmul
 from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.weights import quantize
 
-SH = {
-    "8b.qkv": (12288, 4096),
-    "70b.o": (8192, 8192),
-    "70b.qkv": (10240, 8192),
-    "70b.gate_up": (57344, 8192),
-    "70b.down": (8192, 28672),
-}
 timer = Timer(min_reps=30)
 f = open(sys.argv[1], "a")
 M = int(sys.argv[4])
 bm = 8 if M <= 8 else 16
 for sh in sys.argv[3].split(","):
-    N, K = SH[sh]
+    N, K = SHAPES[sh]
     for wd in sys.argv[2].split(","):
         torch.manual_seed(0)
         w = torch.randn(K, N, device="cuda", dtype=torch.float16)

@@ -14,25 +14,18 @@ sys.modules["tilevm"] = m
 spec.loader.exec_module(m)
 import torch  # noqa: E402
 
-from tilevm.bench.qmm import Timer  # noqa: E402
+from tilevm.bench.qmm import SHAPES, Timer  # noqa: E402
 from tilevm.kernels.matmul import quantized_matmul, tuned_schedule  # noqa: E402
 from tilevm.kernels.schedule import default_schedule  # noqa: E402
 from tilevm.kernels.weights import quantize  # noqa: E402
 
-SH = {
-    "8b.qkv": (12288, 4096),
-    "70b.o": (8192, 8192),
-    "70b.qkv": (10240, 8192),
-    "70b.gate_up": (57344, 8192),
-    "70b.down": (8192, 28672),
-}
 timer = Timer(min_reps=50)
 modes = (
     (("default", False),) if sys.argv[6:] == ["default"] else (("default", False), ("tuned", True))
 )
 f = open(out, "a")
 for sh in sys.argv[4].split(","):
-    N, K = SH[sh]
+    N, K = SHAPES[sh]
     for wd in sys.argv[3].split(","):
         torch.manual_seed(0)
         w = torch.randn(K, N, device="cuda", dtype=torch.float16)
