@@ -249,12 +249,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                                f"{', '.join(pipeline.PASS_NAMES)}")
             pipeline.run_passes(program, args.dump_after,
                                 lambda name, p: print(f"// after {name}\n{format_program(p)}",
-                                                      end=""))
+                                                      end=""), arch=args.arch)
             return 0
         if args.emit == "ir":
             text = format_program(program)
         elif args.emit == "llvm":
-            text = str(generate(pipeline.run_passes(program)))
+            text = str(generate(pipeline.run_passes(program, arch=args.arch)))
         else:
             text = pipeline.compile_program(program, args.arch).ptx
     except VMError as err:

@@ -56,6 +56,7 @@ from tilevm.ir.expr import (
 )
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.transform import instructions
 from tilevm.ir.types import Pointer, Tensor
 from tilevm.layouts import RegisterLayout
 
@@ -68,6 +69,9 @@ class KernelCodegen:
         self.module.data_layout = DATA_LAYOUT
         params = [PTR if isinstance(p, Pointer) else llvm_type(p.dtype)
                   for p in program.params]
+        # Tensor maps of TMA copies: parameters after the program's own (lowering.tma)
+        self.tensor_maps = tma.tensor_maps(program)
+        params += [ir.PointerType(tma.MAP_TYPE)] * len(self.tensor_maps)
         self.function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params),
                                     program.name)
         self.function.calling_convention = "ptx_kernel"
@@ -77,6 +81,9 @@ class KernelCodegen:
         annotations.add(self.module.add_metadata([
             self.function, ir.MetaDataString(self.module, "maxntidx"),
             ir.Constant(I32, program.num_threads)]))
+        if self.tensor_maps:
+            tma.add_map_params(self.function, self.module, len(program.params),
+                               len(self.tensor_maps), annotations)
         self.entry = self.function.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
         self.scalars: dict[str, Any] = {}  # Var name -> ir.Value or an alloca (let vars)
@@ -85,6 +92,7 @@ class KernelCodegen:
         self.carried: set[str] = set()
         # A program with wgmma dots: where to wait for them (and syncs fence shared writes).
         self.wgmma = InFlight(program) if uses_wgmma(program) else None
+        self.tma: tma.TmaState | None = None  # set up by `generate` for TMA copies
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
             if isinstance(param, Pointer):
@@ -99,6 +107,9 @@ class KernelCodegen:
     # ---- entry point ---------------------------------------------------------------------
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
+        if any(tma.is_tma(i) for i in instructions(self.program.body)):
+            self.tma = tma.TmaState(self, self.tensor_maps, len(self.program.params))
+            tma.init_barriers(self, self.tma)
         self.lower_seq(self.program.body)
         if self.wgmma is not None:
             self.wgmma.before(self, None)
@@ -414,7 +425,10 @@ def generate(program: Program) -> ir.Module:
     return KernelCodegen(program).generate()
 
 
-from tilevm.backend.lowering import LOWERINGS  # noqa: E402  (the lowerings use this module)
+from tilevm.backend.lowering import (  # noqa: E402  (the lowerings use this module)
+    LOWERINGS,
+    tma,
+)
 from tilevm.backend.lowering.bitcast import (  # noqa: E402
     extract_bits,
     from_bits,

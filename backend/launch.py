@@ -12,12 +12,14 @@ kernel with the interpreter on the same inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from tilevm.backend import cache, pipeline, runtime, target
 from tilevm.backend.device_array import DeviceArray
+from tilevm.backend.lowering import tma
 from tilevm.ir.printer import format_program
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
@@ -25,7 +27,8 @@ from tilevm.ir.types import Pointer
 
 def build_artifact(program: Program, arch: str) -> cache.Artifact:
     compiled = pipeline.compile_program(program, arch)
-    signature = runtime.signature_from_program(program)
+    signature = replace(runtime.signature_from_program(program),
+                        tensor_maps=tma.tensor_maps(compiled.lowered))
     return cache.Artifact(ptx=compiled.ptx, kernel_name=program.name,
                           shared_bytes=compiled.shared_bytes,
                           num_threads=compiled.num_threads,

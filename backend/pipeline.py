@@ -55,12 +55,14 @@ class CompiledKernel:
 
 
 def run_passes(program: Program, dump_after: str | None = None,
-               on_dump: Callable[[str, Program], None] | None = None) -> Program:
-    """The program after every pass (calling `on_dump(name, program)` after `dump_after`)."""
+               on_dump: Callable[[str, Program], None] | None = None,
+               arch: str | None = None) -> Program:
+    """The program after every pass (calling `on_dump(name, program)` after `dump_after`);
+    `arch` lets `select_instructions` use instructions of that target (TMA on sm_90a)."""
     if dump_after is not None and dump_after not in PASS_NAMES:
         raise ValueError(f"no pass named {dump_after!r}; passes: {', '.join(PASS_NAMES)}")
     for name, run in PASSES:
-        program = run(program)
+        program = run(program, arch) if run is select_instructions else run(program)
         if name == dump_after and on_dump is not None:
             on_dump(name, program)
     return program
@@ -69,12 +71,24 @@ def run_passes(program: Program, dump_after: str | None = None,
 def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> CompiledKernel:
     """Program -> PTX for `arch` (see the module docstring)."""
     target.target(arch)  # an unknown arch fails before any work
-    lowered = run_passes(program)
+    lowered = run_passes(program, arch=arch)
     _check_arch(lowered, arch)
     llvm_ir = str(codegen.generate(lowered))
-    ptx = target.emit_ptx(llvm_ir, arch, opt)
+    ptx = _describe_tensor_maps(lowered) + target.emit_ptx(llvm_ir, arch, opt)
     return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads,
                           shared_plan(lowered).total_bytes)
+
+
+def _describe_tensor_maps(program: Program) -> str:
+    """PTX comment lines naming what each tensor-map parameter must hold (for a launch
+    other than tilevm's, which encodes them itself: `runtime.encode_tensor_maps`)."""
+    from tilevm.backend.lowering.tma import tensor_maps
+
+    first = len(program.params)
+    return "".join(
+        f"// tilevm: parameter {first + i} is a CUtensorMap of view %{m.view}: dims "
+        f"{list(m.dims)} (innermost first), box {list(m.box)}, swizzle {m.swizzle or 'none'}"
+        f"{'B' if m.swizzle else ''}, zero fill\n" for i, m in enumerate(tensor_maps(program)))
 
 
 def _check_arch(program: Program, arch: str) -> None:

@@ -168,6 +168,20 @@ class ViewSpec:
     offset: Expr
     shape: tuple[Expr, ...]
     strides: tuple[Expr, ...]
+    name: str = ""  # the view's tensor in the program (what a `tma` copy names)
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """A TMA tensor-map parameter of a kernel (after its own parameters, in order): the
+    view it describes (`ViewSpec.name`), that view's dimensions in the map's order
+    (innermost, unit stride, first), the box (elements per dimension, same order) and
+    the swizzle (0, 32, 64 or 128 bytes). Encoded at each launch (`encode_tensor_maps`)."""
+
+    view: str
+    dims: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
 
 
 @dataclass(frozen=True)
@@ -192,6 +206,7 @@ class Signature:
     grid: tuple[Expr, ...] = ()
     num_threads: int = 0
     assumptions: tuple[AssumeSpec, ...] = ()
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -230,14 +245,16 @@ class Signature:
         from tilevm.ir.printer import format_expr
 
         return {"name": self.name, "params": [p.to_json() for p in self.params],
-                "views": [{"param": v.param, "dtype": v.dtype.name,
+                "views": [{"param": v.param, "dtype": v.dtype.name, "name": v.name,
                            "offset": format_expr(v.offset),
                            "shape": [format_expr(s) for s in v.shape],
                            "strides": [format_expr(s) for s in v.strides]}
                           for v in self.views],
                 "grid": [format_expr(g) for g in self.grid], "num_threads": self.num_threads,
                 "assumptions": [{"cond": format_expr(a.cond), "text": a.text,
-                                 "where": a.where} for a in self.assumptions]}
+                                 "where": a.where} for a in self.assumptions],
+                "tensor_maps": [{"view": m.view, "dims": list(m.dims), "box": list(m.box),
+                                 "swizzle": m.swizzle} for m in self.tensor_maps]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
@@ -251,13 +268,16 @@ class Signature:
 
         views = tuple(ViewSpec(v["param"], parse(v["dtype"]), ex(v["offset"]),
                                tuple(ex(s) for s in v["shape"]),
-                               tuple(ex(s) for s in v["strides"]))
+                               tuple(ex(s) for s in v["strides"]), str(v.get("name", "")))
                       for v in d.get("views", ()))
         assumptions = tuple(AssumeSpec(ex(a["cond"]), str(a["text"]), str(a.get("where", "")))
                             for a in d.get("assumptions", ()))
+        maps = tuple(TensorMapSpec(str(m["view"]), tuple(int(x) for x in m["dims"]),
+                                   tuple(int(x) for x in m["box"]), int(m["swizzle"]))
+                     for m in d.get("tensor_maps", ()))
         return cls(str(d.get("name", "kernel")), params, views,
                    tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)),
-                   assumptions)
+                   assumptions, maps)
 
 
 def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signature:
@@ -315,7 +335,8 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
             if all(free_vars(e) <= scalars and _static(e) for e in exprs):
                 ndim = len(stmt.out.type.shape)
                 views.append(ViewSpec(stmt.ptr.name, stmt.out.type.dtype, exprs[0],
-                                      tuple(exprs[1:1 + ndim]), tuple(exprs[1 + ndim:])))
+                                      tuple(exprs[1:1 + ndim]), tuple(exprs[1 + ndim:]),
+                                      stmt.out.name))
         elif isinstance(stmt, Assume):
             cond = _subst(stmt.cond, lets)
             if free_vars(cond) <= scalars and _static(cond):
@@ -1082,6 +1103,49 @@ class _LaunchParams:
         return ctypes.addressof(self.array) if self.array is not None else 0
 
 
+_TMA_TYPES = {8: "UINT8", 16: "FLOAT16", 32: "FLOAT32", 64: "FLOAT64"}
+
+
+def encode_tensor_maps(sig: Signature, bound: Sequence[BoundPointer | BoundScalar]) -> list:
+    """The `CUtensorMap` of each of the kernel's tensor-map parameters for these
+    arguments: the view's address, extents and byte strides evaluated over the scalar
+    arguments. A view TMA cannot describe (an address or stride not a multiple of 16
+    bytes) is an `ArgumentValueError` naming it, before the launch."""
+    drv = _driver()
+    env = {b.param.name: b.value for b in bound if isinstance(b, BoundScalar)}
+    pointers = {b.param.name: b for b in bound if isinstance(b, BoundPointer)}
+    views = {v.name: v for v in sig.views}
+    maps = []
+    for spec in sig.tensor_maps:
+        view = views[spec.view]
+        elem = view.dtype.bits // 8
+        offset = int(_eval(view.offset, env))
+        shape = [int(_eval(e, env)) for e in view.shape]
+        strides = [int(_eval(e, env)) for e in view.strides]
+        address = pointers[view.param].address + offset * elem
+        dims = [shape[d] for d in spec.dims]
+        gstrides = [strides[d] * elem for d in spec.dims[1:]]
+        if address % 16 or any(st % 16 for st in gstrides) or min(dims) < 1:
+            raise ArgumentValueError(
+                f"kernel {sig.name}: the view of {view.param} ({spec.view}) starts at "
+                f"{address:#x} with byte strides {gstrides} and extents {dims}: the tensor "
+                f"memory accelerator needs 16-byte multiples and non-empty extents")
+        name = "BFLOAT16" if view.dtype.name == "bf16" else _TMA_TYPES[view.dtype.bits]
+        dtype = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}")
+        swizzle = getattr(drv.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_NONE"
+                          if not spec.swizzle else f"CU_TENSOR_MAP_SWIZZLE_{spec.swizzle}B")
+        err, tmap = drv.cuTensorMapEncodeTiled(
+            dtype, len(dims), address, [drv.cuuint64_t(d) for d in dims],
+            [drv.cuuint64_t(st) for st in gstrides], [drv.cuuint32_t(b) for b in spec.box],
+            [drv.cuuint32_t(1)] * len(dims),
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        _call(f"cuTensorMapEncodeTiled({sig.name}: {spec.view})", (err,))
+        maps.append(tmap)
+    return maps
+
+
 def _pack(bound: Sequence[BoundPointer | BoundScalar]) -> _LaunchParams:
     values: list[Any] = []
     for b in bound:
@@ -1186,6 +1250,7 @@ class _TorchFastPath:
                     self.params.append(("i", *_int_range(p.dtype)))
         self.format = fmt
         self.nparams = len(sig.params)
+        self.tensor_maps = bool(sig.tensor_maps)  # then the general path encoded them first
         self._local = threading.local()
 
     def _buffer(self) -> tuple[Any, int]:
@@ -1209,6 +1274,7 @@ class _TorchFastPath:
         values: list[Any] = []
         scalars: list[Any] = []
         key: list[Any] = []  # as validate_args' `checked` key: scalar values, buffer sizes
+        bound: list[Any] = []  # addresses and scalars: the key of encoded tensor maps
         try:
             for a, (kind, x, y) in zip(args, self.params):
                 if kind == "p":
@@ -1221,12 +1287,14 @@ class _TorchFastPath:
                     if address % y:
                         return False
                     values.append(address)
+                    bound.append(address)
                     key.append(a.numel() * itemsize)
                 elif kind == "i":
                     if type(a) is not int or not x <= a <= y:
                         return False
                     values.append(a)
                     scalars.append(a)
+                    bound.append(a)
                     key.append(a)
                 else:
                     if type(a) is not int and type(a) is not float:
@@ -1236,6 +1304,7 @@ class _TorchFastPath:
                         return False
                     values.append(y(v))
                     scalars.append(v)
+                    bound.append(v)
                     key.append(v)
         except Exception:  # an odd tensor (sparse, ...): the general path says what
             return False
@@ -1245,6 +1314,9 @@ class _TorchFastPath:
         grid = kernel._grids.get(tuple(scalars))
         if grid is None:
             return False
+        maps = kernel._maps.get(tuple(bound)) if self.tensor_maps else None
+        if self.tensor_maps and maps is None:
+            return False  # the general path encodes them (and checks the views)
         drv = self.drv
         _, ctx = drv.cuCtxGetCurrent()
         if ctx is None or int(ctx) != self.context:
@@ -1260,6 +1332,11 @@ class _TorchFastPath:
             handle = resolve_stream(stream)
         data, params = self._buffer()
         struct.pack_into(self.format, data, 0, *values)
+        if maps is not None:  # the tensor maps' own 128-byte values after the slots
+            base = ctypes.addressof(data)
+            array = (ctypes.c_void_p * (self.nparams + len(maps)))(
+                *[base + 8 * i for i in range(self.nparams)], *[m.getPtr() for m in maps])
+            params = ctypes.addressof(array)
         result = drv.cuLaunchKernel(self.function, *grid, *self.block, self.shared_bytes,
                                     handle, params, 0)
         if result[0] != self.success:
@@ -1284,6 +1361,7 @@ class Kernel:
         self._checked: set[tuple[Any, ...]] = set()  # size checks passed (validate_args)
         # grids of launches that went through, by scalar arguments (`_TorchFastPath` too)
         self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}
+        self._maps: dict[tuple[Any, ...], list[Any]] = {}  # encoded tensor maps (TMA)
         self._fast: _TorchFastPath | None = None  # built once PyTorch is imported
 
     def attribute(self, name: str) -> int:
@@ -1335,7 +1413,20 @@ class Kernel:
     def _launch_bound(self, grid: int | Sequence[int], block: int | Sequence[int],
                       shared_bytes: int, bound: Sequence[BoundPointer | BoundScalar],
                       stream: Any) -> None:
-        self._launch_packed(grid, block, shared_bytes, _pack(bound),
+        params = _pack(bound)
+        if self.signature is not None and self.signature.tensor_maps:
+            # Encoded once per (addresses, scalars): a driver call per map otherwise
+            key = tuple(b.address if isinstance(b, BoundPointer) else b.value for b in bound)
+            maps = self._maps.get(key)
+            if maps is None:
+                if len(self._maps) >= 64:
+                    self._maps.clear()
+                maps = self._maps[key] = encode_tensor_maps(self.signature, bound)
+            params.values.extend(maps)  # kept alive until the launch has copied them
+            addresses = [ctypes.addressof(v) for v in params.values[:len(bound)]]
+            addresses += [m.getPtr() for m in maps]
+            params.array = (ctypes.c_void_p * len(addresses))(*addresses)
+        self._launch_packed(grid, block, shared_bytes, params,
                             [b for b in bound if isinstance(b, BoundPointer)], stream)
 
     def _launch_packed(self, grid: int | Sequence[int], block: int | Sequence[int],

@@ -55,6 +55,7 @@ from tilevm.backend.lowering.global_memory import (
     vector_registers,
 )
 from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, ldmatrix_form
+from tilevm.backend.lowering.tma import emit_tma_commit, emit_tma_copy, emit_tma_wait
 from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
 from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
@@ -284,6 +285,10 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
     elem = layout.element_bits // 8
     shape = layout.shape
     form = inst.lowering
+    if form is not None and form.name == "tma":  # the whole tile, by thread 0
+        emit_tma_copy(cg, inst, cg.b.gep(shared_base(cg), [_i32(alloc.offset)],
+                                          source_etype=I8))
+        return
     if form is None or form.name not in ("cp_async", "load_store"):
         raise cg.fail("copy_async has no chosen instruction (run the select_instructions "
                       "pass)")
@@ -352,8 +357,14 @@ def lower_copy_async(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
 
 
 def lower_copy_async_commit(cg: KernelCodegen, inst: ins.CopyAsyncCommit) -> None:
-    cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.commit.group", []), [])
+    if cg.tma is not None:
+        emit_tma_commit(cg)
+    if cg.tma is None or cg.tma.cp_async:
+        cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.commit.group", []), [])
 
 
 def lower_copy_async_wait(cg: KernelCodegen, inst: ins.CopyAsyncWait) -> None:
-    cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.wait.group", [I32]), [_i32(inst.n)])
+    if cg.tma is not None:
+        emit_tma_wait(cg, inst.n)
+    if cg.tma is None or cg.tma.cp_async:
+        cg.b.call(_intrinsic(cg, "llvm.nvvm.cp.async.wait.group", [I32]), [_i32(inst.n)])

@@ -86,6 +86,8 @@ class SharedPlan:
     total_bytes: int
     base_align: int  # the buffer's start must be aligned to this (max allocation align)
     scratch_offset: int | None = None  # 16 bytes for block-wide hand-overs, if needed
+    barrier_offset: int | None = None  # the ring of `barriers` 8-byte TMA mbarriers
+    barriers: int = 0
 
     def offset(self, name: str) -> int:
         return self.allocations[name].offset
@@ -185,5 +187,22 @@ def shared_plan(program: Program) -> SharedPlan:
     scratch = None
     if any(isinstance(i, ins.AtomicAdd) for i in instructions(program.body)):
         scratch, total = total, total + MIN_ALIGN
+    barrier_offset, barriers = None, tma_ring(program)
+    if barriers:
+        barrier_offset = total
+        total += -(-8 * barriers // MIN_ALIGN) * MIN_ALIGN
     return SharedPlan({a.name: a for a in placed}, total,
-                      max((a.align for a in placed), default=MIN_ALIGN), scratch)
+                      max((a.align for a in placed), default=MIN_ALIGN), scratch,
+                      barrier_offset, barriers)
+
+
+def tma_ring(program: Program) -> int:
+    """mbarriers a program whose `copy_async`s go through TMA needs (0 otherwise): one
+    per commit group that may be pending, `n + 1` for the largest `copy_async_wait(n)`.
+    (A group's barrier is reused R groups later; the program's waits have then seen it
+    complete when, as in the kernels' pipelines, each group is issued after a wait.)"""
+    found = list(instructions(program.body))
+    if not any(isinstance(i, ins.CopyAsync) and i.lowering is not None
+               and i.lowering.name == "tma" for i in found):
+        return 0
+    return 1 + max((i.n for i in found if isinstance(i, ins.CopyAsyncWait)), default=0)

@@ -38,13 +38,20 @@ from tilevm.backend.passes.plan_shared_memory import shared_plan
 from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
+from tilevm.ir.expr import Const
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import MemorySpace
+from tilevm.layouts.shared_layout import SharedLayout
+
+TMA_ARCHS = ("sm_90a",)  # where `copy_async` may go through the tensor memory accelerator
+TMA_SWIZZLES = {None: 0, (1, 4, 3): 32, (2, 4, 3): 64, (3, 4, 3): 128}  # ours -> TMA's
+TMA_MAX_BOX = 256
 
 
-def select_instructions(program: Program) -> Program:
+def select_instructions(program: Program, arch: str | None = None) -> Program:
     plan = shared_plan(program)
+    launch_views = _launch_invariant_views(program) if arch in TMA_ARCHS else set()
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         if isinstance(inst, ins.LoadShared):
@@ -61,6 +68,10 @@ def select_instructions(program: Program) -> Program:
             if inst.lowering is None:
                 raise VMError("copy_async has no chunk size (run the vectorize_memory pass "
                               "first)", format_instruction(inst), inst.loc)
+            if inst.src.name in launch_views:
+                form = tma_form(point, inst, plan.allocations[inst.dst.name].offset)
+                if form is not None:
+                    return replace(inst, lowering=form)
             if inst.lowering.name == "chunk":
                 size, per = inst.lowering["bytes"], inst.lowering["elements"]
                 dim = chunk_dim(inst.lowering, inst.dst.type.ndim)
@@ -94,3 +105,55 @@ def select_instructions(program: Program) -> Program:
         return inst
 
     return rewrite_instructions(program, choose)
+
+
+def _launch_invariant_views(program: Program) -> set[str]:
+    """Names of the global views fixed for a whole launch (the runtime's `Signature.views`:
+    top level, offset, shape and strides over scalar parameters only): a tensor map,
+    encoded once per launch, can describe only those."""
+    from tilevm.backend.runtime import signature_from_program
+
+    return {v.name for v in signature_from_program(program).views}
+
+
+def tma_form(point: ProgramPoint, inst: ins.CopyAsync, dst_offset: int) -> ins.Lowering | None:
+    """`tma(dims=..., box=..., swizzle=S, bytes=B)` when one `cp.async.bulk.tensor` can
+    copy the whole tile, else None. The map's dimensions are the view's, innermost
+    (unit global stride, unit shared stride) first, then by growing shared stride; the
+    shared tile must be the dense box in that order (its layout's strides the running
+    products of the box), with no swizzle or the 32/64/128-byte one whose rows are
+    exactly the box's innermost extent; global strides and the view's offset 16-byte
+    multiples (TMA's rules), the box at most 256 per dimension, 16-byte inner rows."""
+    layout = inst.dst.layout
+    view = point.view(inst.src)
+    if not isinstance(layout, SharedLayout) or layout.element_bits % 8 or layout.rank > 5:
+        return None
+    elem = layout.element_bits // 8
+    box = layout.shape
+    order = sorted(range(layout.rank), key=lambda d: (layout.strides[d], d))
+    inner = order[0]
+    if not (isinstance(view.strides[inner], Const) and view.strides[inner].value == 1):
+        return None
+    running = 1
+    for d in order:  # dense, innermost first
+        if box[d] > 1 and layout.strides[d] != running:
+            return None
+        if box[d] > TMA_MAX_BOX:
+            return None
+        running *= box[d]
+    row_bytes = box[inner] * elem
+    sw = layout.swizzle
+    key = None if sw is None else (sw.bits, sw.base, sw.shift)
+    if key not in TMA_SWIZZLES or row_bytes % 16:
+        return None
+    swizzle = TMA_SWIZZLES[key]
+    if swizzle and (row_bytes != swizzle or dst_offset % sw.period):
+        return None
+    if dst_offset % 128:  # TMA's shared destination alignment
+        return None
+    if any(point.divisor(e) * elem % 16 for e in
+           (view.offset, *(view.strides[d] for d in order[1:]))):
+        return None
+    return ins.lowering("tma", dims=",".join(map(str, order)),
+                        box=",".join(str(box[d]) for d in order), swizzle=swizzle,
+                        bytes=running * elem)

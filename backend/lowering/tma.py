@@ -1,0 +1,167 @@
+"""Lowering of `copy_async` through the tensor memory accelerator (sm_90a): the
+`tma(dims, box, swizzle, bytes)` form `select_instructions` chose for a copy of a whole
+tile from a view fixed for the launch.
+
+- *Tensor maps.* Each distinct (view, dims, box, swizzle) of the program's TMA copies is
+  one kernel parameter after the program's own, in order of first use: a 128-byte,
+  64-byte aligned `.param` (LLVM: a `byval([128 x i8]) align 64` pointer with the
+  `grid_constant` annotation, whose address LLVM takes with `cvta.param`). The runtime
+  encodes it at launch (`cuTensorMapEncodeTiled`) from the view's expressions over the
+  scalar arguments (`tensor_maps` lists what each parameter describes).
+- *Completion.* Commit group `j` owns mbarrier `j % R` of a ring in shared memory
+  (`SharedPlan.barrier_offset`, R = `SharedPlan.barriers`), each initialized at the
+  kernel's entry with an arrival count of one. Thread 0 posts each copy's bytes
+  (`mbarrier.expect_tx`) and issues it (`cp.async.bulk.tensor`, which zero-fills outside
+  the tensor, as `copy_async` does); `copy_async_commit` is thread 0's arrival on the
+  group's barrier and counts the group (a register, `tma_groups`); `copy_async_wait(n)`
+  waits, in every thread, for the phase of group `groups - n - 1` (parity `(j / R) & 1`).
+  Copies of the program that stay `cp.async` keep their hardware groups alongside.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from tilevm.backend.arith import I8, I32, I64
+from tilevm.backend.runtime import TensorMapSpec
+from tilevm.ir import instructions as ins
+from tilevm.ir.stmt import Program
+from tilevm.ir.transform import instructions
+
+if TYPE_CHECKING:
+    from tilevm.backend.codegen import KernelCodegen
+
+MAP_BYTES = 128
+MAP_TYPE = ir.ArrayType(I8, MAP_BYTES)
+
+
+def is_tma(inst: ins.Instruction) -> bool:
+    return isinstance(inst, ins.CopyAsync) and inst.lowering is not None \
+        and inst.lowering.name == "tma"
+
+
+def tensor_maps(program: Program) -> tuple[TensorMapSpec, ...]:
+    """The program's tensor-map parameters, in order of first use."""
+    found: dict[TensorMapSpec, None] = {}
+    for inst in instructions(program.body):
+        if is_tma(inst):
+            found.setdefault(_spec(inst), None)
+    return tuple(found)
+
+
+def _spec(inst: ins.CopyAsync) -> TensorMapSpec:
+    form = inst.lowering
+    return TensorMapSpec(inst.src.name, tuple(int(d) for d in str(form["dims"]).split(",")),
+                         tuple(int(d) for d in str(form["box"]).split(",")),
+                         int(form["swizzle"]))
+
+
+def uses_cp_async(program: Program) -> bool:
+    """Whether some `copy_async` of the program still goes through `cp.async` groups."""
+    return any(isinstance(i, ins.CopyAsync) and not is_tma(i)
+               for i in instructions(program.body))
+
+
+class TmaState:
+    """Per kernel: the map parameters, the barrier ring and the group counter."""
+
+    def __init__(self, cg: KernelCodegen, maps: tuple[TensorMapSpec, ...],
+                 first_param: int) -> None:
+        from tilevm.backend.lowering.shared_memory import _plan
+
+        plan = _plan(cg)
+        self.maps = {spec: cg.function.args[first_param + i] for i, spec in enumerate(maps)}
+        self.ring = plan.barriers
+        self.ring_offset = plan.barrier_offset
+        self.cp_async = uses_cp_async(cg.program)
+        self.groups = cg.entry_alloca(I32, "tma_groups")
+        cg.b.store(ir.Constant(I32, 0), self.groups)
+
+    def barrier(self, cg: KernelCodegen, slot: ir.Value) -> ir.Value:
+        """The 32-bit shared address of barrier `slot` (i32) of the ring."""
+        from tilevm.backend.lowering.shared_memory import shared_base
+
+        base = cg.b.ptrtoint(shared_base(cg), I32)
+        return cg.b.add(base, cg.b.add(ir.Constant(I32, self.ring_offset),
+                                       cg.b.mul(slot, ir.Constant(I32, 8))))
+
+    def current_slot(self, cg: KernelCodegen) -> ir.Value:
+        return cg.b.urem(cg.b.load(self.groups), ir.Constant(I32, self.ring))
+
+
+def add_map_params(function: ir.Function, module: ir.Module, first: int, count: int,
+                   annotations) -> None:
+    """Mark parameters `first .. first + count - 1` as tensor maps: byval, 64-byte
+    aligned, `grid_constant` (their address is taken, never copied)."""
+    indices = []
+    for i in range(first, first + count):
+        arg = function.args[i]
+        arg.add_attribute("byval")
+        arg.attributes.align = 64
+        indices.append(ir.Constant(I32, i + 1))  # 1-based, as NVVM counts them
+    annotations.add(module.add_metadata([
+        function, ir.MetaDataString(module, "grid_constant"), module.add_metadata(indices)]))
+
+
+def _asm(cg: KernelCodegen, text: str, constraints: str, args: list[ir.Value]) -> ir.Value:
+    fn_ty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+    return cg.b.call(ir.InlineAsm(fn_ty, text, constraints, side_effect=True), args)
+
+
+def _thread0(cg: KernelCodegen):
+    return cg.b.if_then(cg.b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0)))
+
+
+def init_barriers(cg: KernelCodegen, state: TmaState) -> None:
+    """At the kernel's entry: thread 0 initializes the ring; a barrier publishes it."""
+    from tilevm.backend.lowering.barrier import emit_barrier
+
+    with _thread0(cg):
+        for k in range(state.ring):
+            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
+                 [state.barrier(cg, ir.Constant(I32, k))])
+        _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+    emit_barrier(cg)
+
+
+def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None:
+    """Thread 0: post the box's bytes on the group's barrier, issue the copy."""
+    state: TmaState = cg.tma
+    spec = _spec(inst)
+    bar = state.barrier(cg, state.current_slot(cg))
+    coords = [cg.b.trunc(cg.i64(inst.offsets[d]), I32) for d in spec.dims]
+    rank = len(spec.dims)
+    names = ", ".join(f"${i + 3}" for i in range(rank))
+    with _thread0(cg):
+        _asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
+             "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
+        text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
+                f".mbarrier::complete_tx::bytes [$0], [$1, {{{names}}}], [$2];")
+        _asm(cg, text, ",".join(["r", "l", "r"] + ["r"] * rank + ["~{memory}"]),
+             [cg.b.ptrtoint(dst, I32), cg.b.ptrtoint(state.maps[spec], I64), bar, *coords])
+
+
+def emit_tma_commit(cg: KernelCodegen) -> None:
+    """Thread 0 arrives on the group's barrier (its one arrival); the group is counted."""
+    state: TmaState = cg.tma
+    bar = state.barrier(cg, state.current_slot(cg))
+    with _thread0(cg):
+        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+    count = cg.b.load(state.groups)
+    cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), state.groups)
+
+
+def emit_tma_wait(cg: KernelCodegen, n: int) -> None:
+    """Every thread waits for group `groups - n - 1` (none yet: nothing to wait for)."""
+    state: TmaState = cg.tma
+    b = cg.b
+    target = b.sub(b.load(state.groups), ir.Constant(I32, n + 1))
+    with b.if_then(b.icmp_signed(">=", target, ir.Constant(I32, 0))):
+        ring = ir.Constant(I32, state.ring)
+        bar = state.barrier(cg, b.urem(target, ring))
+        parity = b.and_(b.udiv(target, ring), ir.Constant(I32, 1))
+        text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 done, "
+                "[$0], $1; @!done bra wait; }")
+        _asm(cg, text, "r,r,~{memory}", [bar, parity])
