@@ -91,7 +91,7 @@ class KernelCodegen:
         self.tensors: dict[str, Any] = {}
         self.carried: set[str] = set()
         # A program with wgmma dots: where to wait for them (and syncs fence shared writes).
-        self.wgmma = InFlight(program) if uses_wgmma(program) else None
+        self.wgmma = InFlight(self) if uses_wgmma(program) else None
         self.tma: tma.TmaState | None = None  # set up by `generate` for TMA copies
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
@@ -151,12 +151,9 @@ class KernelCodegen:
             elif isinstance(stmt, AssignVar):
                 self.b.store(self.expr(stmt.value, stmt.var.dtype), self.scalars[stmt.var.name])
             elif isinstance(stmt, For):
-                self._paths_join()
                 self.lower_for(stmt)
-                self._paths_join()
             elif isinstance(stmt, If):
                 cond = self.expr(stmt.cond)
-                self._paths_join()
                 if stmt.else_body is None:
                     with self.b.if_then(cond):
                         self.lower_seq(stmt.then_body)
@@ -164,18 +161,10 @@ class KernelCodegen:
                     with self.b.if_else(cond) as (then, otherwise):
                         with then:
                             self.lower_seq(stmt.then_body)
-                        self._paths_join()
                         with otherwise:
                             self.lower_seq(stmt.else_body)
-                self._paths_join()
             elif isinstance(stmt, Seq):
                 self.lower_seq(stmt)
-
-    def _paths_join(self) -> None:
-        """Control flow joins or forks here: what compile-time state assumed about
-        in-flight wgmmas along one path no longer holds."""
-        if self.wgmma is not None:
-            self.wgmma.settled = False
 
     def lower_for(self, loop: For) -> None:
         ty = llvm_type(loop.var.dtype)

@@ -6,17 +6,21 @@ the loop body's dots, zero accumulators as scale-d flags), and on a Hopper GPU (
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from kernel_harness import load_module
 
+from tilevm.backend.lowering.wgmma_waits import analyze
 from tilevm.backend.pipeline import compile_program, run_passes
 from tilevm.backend.ptxas import check_ptx
+from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
+from tilevm.ir.transform import instructions
 from tilevm.layouts.shared_layout import row_major
 from tilevm.vm import lang as tv
 
@@ -38,6 +42,17 @@ def _args(M: int, N: int, K: int, seed: int = 0) -> tuple:
 def test_interpreter_matches_numpy(kw):
     a, bt, y, ref = _args(70, 72, 128)
     k.shared_b_matmul.interpret(a, bt, y, 70, 72, 128, **kw)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
+
+
+RINGS = [dict(stages=3, lead=1), dict(stages=4, lead=1), dict(stages=4, lead=2)]
+
+
+@pytest.mark.parametrize("kw", RINGS[:2])
+def test_a_ring_of_tiles_matches_numpy_in_the_interpreter(kw):
+    """The ring kernel is race-free (the interpreter checks) and computes a @ b."""
+    a, bt, y, ref = _args(70, 72, 320)
+    k.ring_matmul.interpret(a, bt, y, 70, 72, 320, **kw)
     np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
 
 
@@ -96,6 +111,41 @@ def test_a_loop_body_of_dots_waits_once_before_its_barrier():
     assert ptx.count("fence.proxy.async.shared::cta") == ptx.count("bar.sync")
 
 
+def _waits(ptx: str) -> list[str]:
+    """The `wgmma.wait_group` counts, in the order of the PTX."""
+    return re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
+
+
+@pytest.mark.parametrize("stages, lead, keep", [(3, 2, "0"), (3, 1, "1"), (4, 1, "2"),
+                                                (4, 2, "1")])
+def test_a_barrier_waits_only_for_the_groups_whose_tile_is_refilled_next(stages, lead,
+                                                                        keep):
+    """Copies `lead` k-tiles ahead into a ring of `stages` tiles: the copy after each
+    barrier refills the tile of k-tile `t + lead - stages`, so the barrier retires that
+    group and keeps the `stages - lead - 1` newer ones in flight (`wgmma_waits`)."""
+    ptx = compile_program(k.ring_matmul.specialize(stages=stages, lead=lead), "sm_90a").ptx
+    waits = _waits(ptx)  # the loop's first: no group is in flight before it
+    assert waits[:stages] == [keep] * stages and set(waits[stages:]) == {"0"}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_barrier_before_a_write_into_a_tile_in_flight_waits_for_it(overlap):
+    """The analysis compares bytes, not names: a tile the shared plan places over the
+    first `dot`'s tile (after that tile's last use) is written only once the first
+    group is retired; a tile elsewhere lets it run on."""
+    program = run_passes(k.two_tiles.specialize(), arch="sm_90a")
+    b1, b2 = (i.out.name for i in instructions(program.body)
+              if isinstance(i, ins.AllocShared))
+    waits = analyze(program.body, {b1: (0, 8192),
+                                   b2: (0, 8192) if overlap else (8192, 16384)})
+    syncs = [i for i in instructions(program.body) if isinstance(i, ins.Sync)]
+    assert len(syncs) == 3
+    assert id(syncs[0]) not in waits.keep  # nothing in flight yet
+    assert waits.keep.get(id(syncs[1])) == (0 if overlap else None)
+    store = next(i for i in instructions(program.body) if isinstance(i, ins.StoreGlobal))
+    assert waits.keep[id(store)] == 0 and waits.keep_at_end is None  # retired at the store
+
+
 def test_a_zero_accumulator_is_a_scale_d_flag_not_registers():
     """`acc = zeros` that wgmma dots accumulate into writes no registers (the first wgmma
     of each 64-row group takes scale-d 0 from a loop-carried flag), so no instruction but
@@ -140,3 +190,19 @@ def test_gpu_matches_numpy(kw):
     a, bt, y, _ = _args(70, 80, 16)
     launch_program(k.shared_b_matmul.specialize(**kw), [a, bt, y, 70, 80, 0])
     np.testing.assert_array_equal(y, np.zeros_like(y))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kw", RINGS)
+def test_gpu_groups_kept_in_flight_across_barriers_match_numpy(kw):
+    """wgmma groups left in flight across a barrier (`wait_group 1` or `2`) read their
+    tiles before the copies refill them: ragged M, N and K against numpy."""
+    from tilevm.backend import runtime
+    from tilevm.backend.launch import launch_program
+
+    if runtime.device_arch() != "sm_90":
+        pytest.skip("wgmma runs on sm_90 GPUs only")
+    for M, N, K in ((100, 200, 192), (64, 64, 1088), (1, 8, 320)):
+        a, bt, y, ref = _args(M, N, K, seed=M)
+        launch_program(k.ring_matmul.specialize(**kw), [a, bt, y, M, N, K])
+        np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)

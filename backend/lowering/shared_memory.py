@@ -74,7 +74,7 @@ _VECTOR_BYTES = 16
 
 # ---- the buffer and the plan ----------------------------------------------------------------
 
-def _plan(cg: KernelCodegen) -> SharedPlan:
+def planned(cg: KernelCodegen) -> SharedPlan:
     plan = getattr(cg, "_shared_plan", None)
     if plan is None:
         plan = shared_plan(cg.program)
@@ -89,14 +89,14 @@ def shared_base(cg: KernelCodegen) -> ir.GlobalVariable:
         gv = ir.GlobalVariable(cg.module, ir.ArrayType(I8, 0), SMEM_NAME, addrspace=3)
         gv.type = SMEM_PTR  # an opaque pointer, like every other pointer of the module
         gv.linkage = "external"
-        gv.align = _plan(cg).base_align
+        gv.align = planned(cg).base_align
     return gv
 
 
 def shared_scratch(cg: KernelCodegen) -> ir.Value:
     """A pointer to the plan's 16 bytes of scratch in the dynamic buffer (a program with
     an instruction that needs it has them)."""
-    offset = _plan(cg).scratch_offset
+    offset = planned(cg).scratch_offset
     if offset is None:
         raise cg.fail(f"{cg.inst.opname if cg.inst else 'this'} needs shared scratch, which "
                       "the shared-memory plan did not reserve")
@@ -104,7 +104,7 @@ def shared_scratch(cg: KernelCodegen) -> ir.Value:
 
 
 def allocation(cg: KernelCodegen, tensor: Tensor) -> tuple[Allocation, SharedLayout]:
-    alloc = _plan(cg).allocations.get(tensor.name)
+    alloc = planned(cg).allocations.get(tensor.name)
     layout = tensor.layout
     if alloc is None or not isinstance(layout, SharedLayout):
         raise cg.fail(f"shared tensor %{tensor.name} has no planned offset and layout (run "

@@ -69,9 +69,9 @@ class TmaState:
 
     def __init__(self, cg: KernelCodegen, maps: tuple[TensorMapSpec, ...],
                  first_param: int) -> None:
-        from tilevm.backend.lowering.shared_memory import _plan
+        from tilevm.backend.lowering.shared_memory import planned
 
-        plan = _plan(cg)
+        plan = planned(cg)
         self.maps = {spec: cg.function.args[first_param + i] for i, spec in enumerate(maps)}
         self.ring = plan.barriers
         self.ring_offset = plan.barrier_offset

@@ -29,14 +29,16 @@ Order, per `dot`: `wgmma.fence` (the accumulator and A registers are passed thro
 so their definitions precede it), the `wgmma`s (each k-step of each row; the group's
 `rows x K/16` instructions), `wgmma.commit_group`. The `dot` does not wait for them:
 they run while the warps go on (converting the next k-tile's weights), and
-`wgmma.wait_group 0` is emitted (`InFlight`) only where the program needs their
+`wgmma.wait_group n` is emitted (`InFlight`) only where the program needs their
 results or their operands back: before an instruction reads a tensor that may hold
 in-flight results (other than the next `dot`'s accumulator or an `assign`; those
-values are passed through the wait, so the compiler cannot read them before it),
-before any instruction that writes or orders shared memory (`sync`, `store_shared`,
-`copy_async`, ...: the tile being read must not change under the tensor cores), and
-at the end of the kernel. wgmmas stay in flight round a loop's back edge (the next
-iteration's conversion overlaps them).
+values are passed through the wait, so the compiler cannot read them before it), and
+where shared memory a group reads may be written: `wgmma_waits` finds, per barrier and
+per shared write, how many of the newest groups read none of the bytes written before
+the next barrier (so may stay in flight), comparing the shared plan's byte ranges; any
+other instruction that writes or orders shared memory, and the kernel's end, wait for
+all. wgmmas stay in flight round a loop's back edge (the next iteration's conversion
+overlaps them).
 
 A zero accumulator (`zeros` or `full 0.0` of a tile that wgmma `dot`s accumulate into)
 gets no registers written: its registers are left undefined and a flag (an i32,
@@ -62,13 +64,14 @@ from tilevm.backend.lowering.mma import (
     same_in_every_warp,
     split_fragments,
 )
-from tilevm.backend.lowering.shared_memory import allocation, shared_base
+from tilevm.backend.lowering.shared_memory import allocation, planned, shared_base
+from tilevm.backend.lowering.wgmma_waits import analyze, is_wgmma
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import Const
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import instructions
-from tilevm.ir.types import MemorySpace, Tensor
+from tilevm.ir.types import Tensor
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, ldmatrix_swizzle
 
@@ -84,8 +87,7 @@ _SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
 
 def uses_wgmma(program: Program) -> bool:
     """Whether a `dot` of the program reads its b operand from shared memory."""
-    return any(isinstance(i, ins.Dot) and i.b.space is MemorySpace.SHARED
-               for i in instructions(program.body))
+    return any(is_wgmma(i) for i in instructions(program.body))
 
 
 def _rows(cg: KernelCodegen, table_c, n_frags: int) -> list[tuple[int, int]]:
@@ -196,7 +198,6 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
         acc[4 * base:4 * base + regs] = d
     _pass_through(cg, "wgmma.commit_group.sync.aligned;", [])
     cg.define(out, acc)  # in flight until `InFlight` waits (out is f32, as c)
-    cg.wgmma.settled = False
 
 
 def _wgmma_asm(n: int, src: str, regs: int) -> ir.InlineAsm:
@@ -230,30 +231,23 @@ def _pass_through(cg: KernelCodegen, text: str, values: list[ir.Value]) -> list[
     return [cg.b.extract_value(res, i) for i in range(len(values))]
 
 
-# Instructions that may run while wgmmas are in flight: they neither write nor order
-# shared memory (reads of in-flight registers are caught where tensors are read).
-_OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalView,
-                ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Assume,
-                ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait)
-_WAIT = "wgmma.wait_group.sync.aligned 0;"
+def _wait(keep: int) -> str:
+    return f"wgmma.wait_group.sync.aligned {keep};"
 
 
 class InFlight:
-    """Where a program with wgmma `dot`s waits for them, and which of their accumulators
-    are zero (see the module docstring).
+    """Where a program with wgmma `dot`s waits for them (`wgmma_waits`: only as far as
+    shared writes and reads of their results need), and which of their accumulators are
+    zero (see the module docstring).
 
-    `settled` is known at compile time along straight-line code: False after a wgmma
-    `dot` and wherever control flow joins (a loop's body may start with the previous
-    iteration's wgmmas in flight), True after a wait. `results` are the tensors that may
-    hold in-flight accumulators: the wgmma `dot`s' outputs and the tiles they are
-    assigned to (loop-carried accumulators). `zeroable` are those of them that a `full`
-    of 0.0 defines; `scales` holds each one's flag once lowered: an i32, wgmma's scale-d
-    for it (0 while the tile is zero)."""
+    `results` are the tensors that may hold in-flight accumulators: the wgmma `dot`s'
+    outputs and the tiles they are assigned to (loop-carried accumulators). `zeroable`
+    are those of them that a `full` of 0.0 defines; `scales` holds each one's flag once
+    lowered: an i32, wgmma's scale-d for it (0 while the tile is zero)."""
 
-    def __init__(self, program: Program) -> None:
-        insts = list(instructions(program.body))
-        self.results = {i.out.name for i in insts
-                        if isinstance(i, ins.Dot) and i.b.space is MemorySpace.SHARED}
+    def __init__(self, cg: KernelCodegen) -> None:
+        insts = list(instructions(cg.program.body))
+        self.results = {i.out.name for i in insts if is_wgmma(i)}
         grown = True
         while grown:
             grown = False
@@ -266,13 +260,17 @@ class InFlight:
                          if isinstance(i, ins.Full) and i.out.name in self.results
                          and isinstance(i.value, Const) and i.value.value == 0}
         self.scales: dict[str, ir.AllocaInstr] = {}
-        self.settled = True
+        ranges = {a.name: (a.offset, a.offset + a.size)
+                  for a in planned(cg).allocations.values()}
+        self.waits = analyze(cg.program.body, ranges)
+        self._drained: int | None = None  # id of the instruction that waited for all
 
     def before(self, cg: KernelCodegen, inst: ins.Instruction | None) -> None:
-        """Wait first unless `inst` may overlap in-flight wgmmas (None: the kernel ends)."""
-        if not self.settled and not isinstance(inst, _OVERLAPPING):
-            _pass_through(cg, _WAIT, [])
-            self.settled = True
+        """The wait `inst` needs first, if any (None: the kernel ends)."""
+        keep = self.waits.keep_at_end if inst is None else self.waits.keep.get(id(inst))
+        if keep is not None:
+            _pass_through(cg, _wait(keep), [])
+        self._drained = id(inst) if keep == 0 else None
 
     def read(self, cg: KernelCodegen, tensor: Tensor, values: list[ir.Value]
              ) -> list[ir.Value]:
@@ -281,11 +279,11 @@ class InFlight:
         two carry a zero tile's flag instead of its zeros)."""
         inst = cg.inst
         if tensor.name not in self.results or isinstance(inst, ins.Assign) or (
-                isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED
-                and inst.c.name == tensor.name):
+                is_wgmma(inst) and inst.c.name == tensor.name):
             return values
-        values = _pass_through(cg, _WAIT, values)
-        self.settled = True
+        if not self.waits.settled.get(id(inst), False) and self._drained != id(inst):
+            values = _pass_through(cg, _wait(0), values)
+            self._drained = id(inst)
         if tensor.name in self.scales:
             zero = cg.b.icmp_unsigned("==", cg.b.load(self.scales[tensor.name]), _ZERO)
             values = [cg.b.select(zero, ir.Constant(v.type, 0), v) for v in values]

@@ -1,0 +1,188 @@
+"""Where a program's in-flight wgmma groups must be waited for, and how many may stay in
+flight there: an analysis over the structured program, run once before code generation.
+
+Expects: a program after `plan_shared_memory`'s inputs are fixed (the plan gives each
+shared tensor its byte range), whose wgmma `dot`s (a `dot` with a shared b operand) each
+form one commit group, in program order. Race-free programs only: a shared tile a `dot`
+reads is written afterwards only behind a `sync` (the `Dot` contract).
+
+Guarantees (`WgmmaWaits`, per instruction, by identity):
+- `keep[inst]`: before `inst`, wait until at most `keep` groups are in flight
+  (`wgmma.wait_group keep`); absent: no wait. A group the tensor cores may still be
+  reading is retired before any write of its B tile's bytes: before a `copy_async` or
+  `store_shared` into bytes it reads (this thread's groups), and before a `sync` after
+  which, before the next `sync`, some thread may write them (every thread's groups: the
+  writer may be another warpgroup). Every other instruction that writes or orders shared
+  memory, or ends the kernel, retires every group (`keep` 0).
+- `settled[inst]`: no group can be in flight at `inst` (after its wait): its operands'
+  registers may be read as they are. (Where the lowering waits to read an accumulator,
+  this analysis does not follow: groups are assumed in flight until a wait it placed.)
+
+How: a forward dataflow of the possible *pending lists* (the B tiles of the groups in
+flight, oldest first; at most `_DEPTH` named, older ones a wildcard that overlaps every
+tile), joined over branches and iterated to a fixed point over loops; and a backward one
+of the tiles written before the next `sync`. `wait_group n` retires all but the `n`
+newest groups (groups complete in order), so `keep` is, over the possible lists, the
+fewest newest groups that read none of the bytes about to be written.
+
+Why: a `sync` that retired every group (the rule before this analysis) left the tensor
+cores idle from the end of k-tile t's wgmmas until k-tile t + 1's were issued, although
+the copies behind the `sync` write another stage's buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tilevm.ir import instructions as ins
+from tilevm.ir.stmt import For, If, Seq
+from tilevm.ir.types import MemorySpace
+
+_DEPTH = 4  # pending groups tracked by name (wgmma.wait_group takes 0..7)
+_ANY = ""  # a group whose tile is unknown: overlaps every tile
+
+# May run while groups are in flight: they neither write nor order shared memory.
+# (Reads of in-flight accumulator registers are the lowering's concern: `InFlight.read`.)
+OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalView,
+               ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Assume,
+               ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait,
+               ins.AllocShared, ins.FreeShared)
+
+Pending = tuple[str, ...]  # B tile names of the groups in flight, oldest first
+
+
+def is_wgmma(inst: ins.Instruction) -> bool:
+    """A `dot` the tensor cores run asynchronously (b read from shared memory)."""
+    return isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED
+
+
+def shared_written(inst: ins.Instruction) -> str | None:
+    """The shared tensor `inst` writes by name (copies and stores), else None."""
+    if isinstance(inst, (ins.CopyAsync, ins.StoreShared)):
+        return inst.dst.name
+    return None
+
+
+@dataclass
+class WgmmaWaits:
+    keep: dict[int, int]
+    settled: dict[int, bool]
+    keep_at_end: int | None  # before the kernel returns (None: nothing can be in flight)
+
+
+def analyze(body: Seq, ranges: dict[str, tuple[int, int]]) -> WgmmaWaits:
+    """The waits of the program `body`. `ranges`: each shared tensor's byte range
+    `[start, end)` (a tensor without one overlaps everything)."""
+    return _Analysis(ranges).run(body)
+
+
+class _Analysis:
+    def __init__(self, ranges: dict[str, tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self.keep: dict[int, int] = {}
+        self.settled: dict[int, bool] = {}
+        self.written_after: dict[int, frozenset[str]] = {}  # per sync
+
+    def run(self, body: Seq) -> WgmmaWaits:
+        self._backward(body, frozenset())
+        end = self._forward(body, frozenset({()}))
+        keep_end = None if end == {()} else 0
+        return WgmmaWaits(self.keep, self.settled, keep_end)
+
+    # ---- what each sync protects: tiles written before the next sync -----------------
+    def _backward(self, seq: Seq, after: frozenset[str]) -> frozenset[str]:
+        """The tiles written from the start of `seq` to the first `sync` on some path,
+        given `after` for what follows `seq`; records `written_after` of its syncs."""
+        for stmt in reversed(seq.body):
+            if isinstance(stmt, ins.Sync):
+                self.written_after[id(stmt)] = self.written_after.get(id(stmt), frozenset()) \
+                    | after
+                after = frozenset()
+            elif isinstance(stmt, ins.Instruction):
+                name = shared_written(stmt)
+                if name is not None:
+                    after = after | {name}
+            elif isinstance(stmt, For):  # zero or more trips; the back edge feeds the top
+                head = after
+                while True:
+                    new = self._backward(stmt.body, head) | after
+                    if new == head:
+                        break
+                    head = new
+                after = head
+            elif isinstance(stmt, If):
+                then = self._backward(stmt.then_body, after)
+                other = self._backward(stmt.else_body, after) if stmt.else_body else after
+                after = then | other
+            elif isinstance(stmt, Seq):
+                after = self._backward(stmt, after)
+        return after
+
+    # ---- what may be in flight at each instruction -----------------------------------
+    def _forward(self, seq: Seq, state: frozenset[Pending]) -> frozenset[Pending]:
+        for stmt in seq.body:
+            if isinstance(stmt, ins.Instruction):
+                state = self._instruction(stmt, state)
+            elif isinstance(stmt, For):
+                head = state  # grows to the states at the loop's head (finite: converges)
+                while True:
+                    new = self._forward(stmt.body, head) | head
+                    if new == head:
+                        break
+                    head = new
+                state = head
+            elif isinstance(stmt, If):
+                then = self._forward(stmt.then_body, state)
+                other = self._forward(stmt.else_body, state) if stmt.else_body else state
+                state = then | other
+            elif isinstance(stmt, Seq):
+                state = self._forward(stmt, state)
+        return state
+
+    def _instruction(self, inst: ins.Instruction,
+                     state: frozenset[Pending]) -> frozenset[Pending]:
+        key = id(inst)  # (loops are walked until their states settle: the last walk counts)
+        if isinstance(inst, ins.Sync):
+            keep = self._keep(state, self.written_after.get(key, frozenset()))
+        elif shared_written(inst) is not None:
+            keep = self._keep(state, {shared_written(inst)})
+        elif isinstance(inst, OVERLAPPING):
+            keep = None
+        else:
+            keep = 0
+        if keep is not None and keep < max(len(p) for p in state):
+            self.keep[key] = keep
+            state = frozenset(p[len(p) - keep:] if keep else () for p in state)
+        else:
+            self.keep.pop(key, None)
+        self.settled[key] = state == {()}
+        if is_wgmma(inst):
+            state = frozenset(_push(p, inst.b.name) for p in state)
+        return state
+
+    def _keep(self, state: Iterable[Pending], written: Iterable[str]) -> int:
+        """The most newest groups that may stay in flight, over every possible list."""
+        written = list(written)
+        keep = _DEPTH + 1
+        for pending in state:
+            for n, tile in enumerate(reversed(pending)):
+                if any(self._overlap(tile, w) for w in written):
+                    keep = min(keep, n)
+                    break
+        return keep
+
+    def _overlap(self, a: str, b: str) -> bool:
+        ra, rb = self.ranges.get(a), self.ranges.get(b)
+        if a == _ANY or ra is None or rb is None:
+            return True
+        return ra[0] < rb[1] and rb[0] < ra[1]
+
+
+def _push(pending: Pending, tile: str) -> Pending:
+    """`pending` with a new newest group reading `tile`; beyond `_DEPTH` named groups the
+    oldest become one wildcard group (it overlaps everything, so is never kept)."""
+    pending = pending + (tile,)
+    if len(pending) > _DEPTH:
+        pending = (_ANY,) + tuple(t for t in pending if t != _ANY)[-_DEPTH:]
+    return pending
