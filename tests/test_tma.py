@@ -13,6 +13,7 @@ import pytest
 from kernel_harness import load_module
 
 from tilevm.backend.lowering.tma import tensor_maps
+from tilevm.backend.passes.plan_shared_memory import tma_ring_bound
 from tilevm.backend.pipeline import compile_program, run_passes
 from tilevm.backend.runtime import Signature, TensorMapSpec, signature_from_program
 from tilevm.ir import instructions as ins
@@ -39,6 +40,27 @@ def test_copies_of_a_launch_wide_view_take_tma_on_sm_90a_only():
 def test_a_view_that_moves_with_the_block_keeps_cp_async():
     program = KERNELS.staged_copy.specialize(per_block=True)
     assert all(f.name == "cp_async" for f in _copies(run_passes(program, arch="sm_90a")))
+
+
+@pytest.mark.parametrize("kw, ring", [(dict(), 1), (dict(stages=3), 2),
+                                      (dict(stages=4), 3), (dict(copy_first=True), None),
+                                      (dict(drain=False), None)])
+def test_tma_needs_a_pipeline_whose_groups_fit_a_ring_of_barriers(kw, ring):
+    """The ring is the most groups pending after a commit; a copy issued while a thread
+    may still be waiting on an older group (no barrier between) or a kernel that may end
+    with copies in flight gets no ring, and its copies keep `cp.async`."""
+    program = KERNELS.staged_copy.specialize(**kw)
+    assert tma_ring_bound(program) == ring
+    forms = {f.name for f in _copies(run_passes(program, arch="sm_90a"))}
+    assert forms == ({"tma"} if ring else {"cp_async"})
+
+
+@pytest.mark.parametrize("kw", [dict(copy_first=True), dict(drain=False)])
+def test_the_pipelines_without_a_ring_still_copy_in_the_interpreter(kw):
+    x = np.random.default_rng(1).standard_normal((70, 136)).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    KERNELS.staged_copy.interpret(x, y, 70, 136, **kw)
+    assert np.array_equal(y, x)
 
 
 def test_a_64_byte_row_takes_the_64_byte_swizzle():

@@ -14,7 +14,8 @@ tile from a view fixed for the launch.
   (`mbarrier.expect_tx`) and issues it (`cp.async.bulk.tensor`, which zero-fills outside
   the tensor, as `copy_async` does); `copy_async_commit` is thread 0's arrival on the
   group's barrier and counts the group (a register, `tma_groups`); `copy_async_wait(n)`
-  waits, in every thread, for the phase of group `groups - n - 1` (parity `(j / R) & 1`).
+  waits, in every thread, for the phases of the groups up to `groups - n - 1` not yet
+  waited for (parity `(j / R) & 1`; `tma_waited` counts them).
   Copies of the program that stay `cp.async` keep their hardware groups alongside.
 """
 
@@ -76,8 +77,10 @@ class TmaState:
         self.ring = plan.barriers
         self.ring_offset = plan.barrier_offset
         self.cp_async = uses_cp_async(cg.program)
-        self.groups = cg.entry_alloca(I32, "tma_groups")
+        self.groups = cg.entry_alloca(I32, "tma_groups")  # groups committed
         cg.b.store(ir.Constant(I32, 0), self.groups)
+        self.waited = cg.entry_alloca(I32, "tma_waited")  # the newest group waited for
+        cg.b.store(ir.Constant(I32, -1), self.waited)
 
     def barrier(self, cg: KernelCodegen, slot: ir.Value) -> ir.Value:
         """The 32-bit shared address of barrier `slot` (i32) of the ring."""
@@ -154,14 +157,21 @@ def emit_tma_commit(cg: KernelCodegen) -> None:
 
 
 def emit_tma_wait(cg: KernelCodegen, n: int) -> None:
-    """Every thread waits for group `groups - n - 1` (none yet: nothing to wait for)."""
+    """Every thread waits for the groups up to `groups - n - 1` it has not yet waited
+    for (TMA copies may complete out of order, so each barrier is polled; at most the
+    ring's R newest can be outstanding, and in a steady pipeline only the newest is)."""
     state: TmaState = cg.tma
     b = cg.b
     target = b.sub(b.load(state.groups), ir.Constant(I32, n + 1))
-    with b.if_then(b.icmp_signed(">=", target, ir.Constant(I32, 0))):
-        ring = ir.Constant(I32, state.ring)
-        bar = state.barrier(cg, b.urem(target, ring))
-        parity = b.and_(b.udiv(target, ring), ir.Constant(I32, 1))
-        text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 done, "
-                "[$0], $1; @!done bra wait; }")
-        _asm(cg, text, "r,r,~{memory}", [bar, parity])
+    waited = b.load(state.waited)
+    ring = ir.Constant(I32, state.ring)
+    for back in range(state.ring):  # groups target, target - 1, ..., distinct barriers
+        group = b.sub(target, ir.Constant(I32, back))
+        with b.if_then(b.icmp_signed(">", group, waited)):
+            bar = state.barrier(cg, b.urem(group, ring))
+            parity = b.and_(b.udiv(group, ring), ir.Constant(I32, 1))
+            text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 "
+                    "done, [$0], $1; @!done bra wait; }")
+            _asm(cg, text, "r,r,~{memory}", [bar, parity])
+    later = b.icmp_signed(">", target, waited)
+    b.store(b.select(later, target, waited), state.waited)

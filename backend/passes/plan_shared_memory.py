@@ -197,12 +197,71 @@ def shared_plan(program: Program) -> SharedPlan:
 
 
 def tma_ring(program: Program) -> int:
-    """mbarriers a program whose `copy_async`s go through TMA needs (0 otherwise): one
-    per commit group that may be pending, `n + 1` for the largest `copy_async_wait(n)`.
-    (A group's barrier is reused R groups later; the program's waits have then seen it
-    complete when, as in the kernels' pipelines, each group is issued after a wait.)"""
-    found = list(instructions(program.body))
+    """mbarriers a program whose `copy_async`s go through TMA needs (0 otherwise)."""
+    found = instructions(program.body)
     if not any(isinstance(i, ins.CopyAsync) and i.lowering is not None
                and i.lowering.name == "tma" for i in found):
         return 0
-    return 1 + max((i.n for i in found if isinstance(i, ins.CopyAsyncWait)), default=0)
+    ring = tma_ring_bound(program)
+    assert ring is not None, "TMA selected for a program whose groups cannot use a ring"
+    return ring
+
+
+_MAX_RING = 8  # more groups pending than this: the copies keep `cp.async`
+
+
+def tma_ring_bound(program: Program) -> int | None:
+    """The ring of mbarriers TMA copies of this program would need: the most commit
+    groups pending (committed, not yet retired by a `copy_async_wait`) right after a
+    commit, on any path; None when no ring is safe.
+
+    Group j owns barrier `j % R`, and group `j + R` reuses it. That is safe when every
+    thread is done waiting on group j before group `j + R` is issued: j is retired by
+    then (at most R pending after each commit) and, which None reports as violated, a
+    `sync` lies between every `copy_async_wait` and the next `copy_async` (else a thread
+    still polling j's phase could see the barrier two phases on and wait forever). None
+    too when the pending count grows without bound round a loop, or when the kernel may
+    end with a copy not waited for (a bulk copy must not land after its block exits)."""
+
+    State = tuple[int, bool, bool] | None  # groups pending, a wait since the last sync,
+    # copies since the last commit
+    ring = 1
+
+    def step(inst: ins.Instruction, state: State) -> State:
+        nonlocal ring
+        pending, waited, open_ = state
+        if isinstance(inst, ins.CopyAsync):
+            return None if waited else (pending, waited, True)
+        if isinstance(inst, ins.CopyAsyncCommit):
+            ring = max(ring, pending + 1)
+            return (pending + 1, waited, False) if pending < _MAX_RING else None
+        if isinstance(inst, ins.CopyAsyncWait):
+            return min(pending, inst.n), True, open_
+        if isinstance(inst, ins.Sync):
+            return pending, False, open_
+        return state
+
+    def join(a: State, b: State) -> State:
+        return None if a is None or b is None else \
+            (max(a[0], b[0]), a[1] or b[1], a[2] or b[2])
+
+    def walk(seq: Seq, state: State) -> State:
+        for stmt in seq.body:
+            if state is None:
+                return None
+            if isinstance(stmt, ins.Instruction):
+                state = step(stmt, state)
+            elif isinstance(stmt, Seq):
+                state = walk(stmt, state)
+            elif isinstance(stmt, If):
+                state = join(walk(stmt.then_body, state),
+                             walk(stmt.else_body, state) if stmt.else_body else state)
+            elif isinstance(stmt, For):  # zero or more trips: iterate to the head's state
+                head = state
+                while head is not None and (new := join(head, walk(stmt.body, head))) != head:
+                    head = new
+                state = head
+        return state
+
+    end = walk(program.body, (0, False, False))
+    return ring if end is not None and end[0] == 0 and not end[2] else None

@@ -18,6 +18,13 @@ recorded form:
   edge: one compare instead of the count of elements left); no provable chunk:
   `lowering=load_store` (each thread copies elements with plain loads and stores, at
   once; the later `copy_async_wait` has nothing to wait for).
+- `copy_async` on sm_90a (`arch`) from a view fixed for the whole launch, whose tile one
+  tensor-memory-accelerator copy can write (`tma_form` states the rule):
+  `lowering=tma(dims=..., box=..., swizzle=S, bytes=B)` (`cp.async.bulk.tensor` from
+  thread 0 on a tensor map the runtime encodes at launch). Only in programs whose
+  groups can complete on a ring of mbarriers (`plan_shared_memory.tma_ring_bound`: a
+  `sync` between each `copy_async_wait` and the next copy, a bounded number of groups
+  pending); elsewhere, and for other copies, the `cp_async` forms above.
 - `dot` on tensor cores: `lowering=mma_sync(shape='m16n8k16', acc='f32')` for f16/bf16
   inputs, `mma_sync(shape='m16n8k32', acc='s32')` for int8/uint8 (the register layouts
   were made of these fragments by `infer_layouts`); any other input dtype is a VMError
@@ -34,7 +41,7 @@ from dataclasses import replace
 from tilevm.backend.divisibility import ProgramPoint, rewrite_instructions
 from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
 from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, WGMMA_DTYPES
-from tilevm.backend.passes.plan_shared_memory import shared_plan
+from tilevm.backend.passes.plan_shared_memory import shared_plan, tma_ring_bound
 from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
@@ -51,7 +58,9 @@ TMA_MAX_BOX = 256
 
 def select_instructions(program: Program, arch: str | None = None) -> Program:
     plan = shared_plan(program)
-    launch_views = _launch_invariant_views(program) if arch in TMA_ARCHS else set()
+    # TMA copies complete on a ring of mbarriers, which the program's pipeline must allow
+    tma = arch in TMA_ARCHS and tma_ring_bound(program) is not None
+    launch_views = _launch_invariant_views(program) if tma else set()
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         if isinstance(inst, ins.LoadShared):

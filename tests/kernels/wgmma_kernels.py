@@ -33,7 +33,9 @@ def ring_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True),
     """y[M, N] = a[M, K] @ bt[N, K]^T with the k-tiles of b^T copied `lead` k-tiles ahead
     into a ring of `stages` shared tiles. With `lead < stages - 1` the copy after each
     barrier refills a tile read two or more k-tiles back, so the previous k-tile's
-    wgmmas may stay in flight across the barrier."""
+    wgmmas may stay in flight across the barrier. (K % 8 == 0: 16-byte rows of b^T, so
+    on sm_90a the copies go through TMA.)"""
+    tv.assume(K % 8 == 0)
     tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
     m0 = tv.block_idx(1) * bm
     n0 = tv.block_idx(0) * bn
