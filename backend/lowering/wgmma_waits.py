@@ -35,8 +35,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tilevm.ir import dataflow
 from tilevm.ir import instructions as ins
-from tilevm.ir.stmt import For, If, Seq
+from tilevm.ir.stmt import Seq
 from tilevm.ir.types import MemorySpace
 
 _DEPTH = 4  # pending groups tracked by name (wgmma.wait_group takes 0..7)
@@ -85,63 +86,26 @@ class _Analysis:
         self.written_after: dict[int, frozenset[str]] = {}  # per sync
 
     def run(self, body: Seq) -> WgmmaWaits:
-        self._backward(body, frozenset())
-        end = self._forward(body, frozenset({()}))
+        union = frozenset.union
+        dataflow.walk(body, frozenset(), self._written_before_sync, union, backward=True)
+        end = dataflow.walk(body, frozenset({()}), self._instruction, union)
         keep_end = None if end == {()} else 0
         return WgmmaWaits(self.keep, self.settled, keep_end)
 
-    # ---- what each sync protects: tiles written before the next sync -----------------
-    def _backward(self, seq: Seq, after: frozenset[str]) -> frozenset[str]:
-        """The tiles written from the start of `seq` to the first `sync` on some path,
-        given `after` for what follows `seq`; records `written_after` of its syncs."""
-        for stmt in reversed(seq.body):
-            if isinstance(stmt, ins.Sync):
-                self.written_after[id(stmt)] = self.written_after.get(id(stmt), frozenset()) \
-                    | after
-                after = frozenset()
-            elif isinstance(stmt, ins.Instruction):
-                name = shared_written(stmt)
-                if name is not None:
-                    after = after | {name}
-            elif isinstance(stmt, For):  # zero or more trips; the back edge feeds the top
-                head = after
-                while True:
-                    new = self._backward(stmt.body, head) | after
-                    if new == head:
-                        break
-                    head = new
-                after = head
-            elif isinstance(stmt, If):
-                then = self._backward(stmt.then_body, after)
-                other = self._backward(stmt.else_body, after) if stmt.else_body else after
-                after = then | other
-            elif isinstance(stmt, Seq):
-                after = self._backward(stmt, after)
-        return after
-
-    # ---- what may be in flight at each instruction -----------------------------------
-    def _forward(self, seq: Seq, state: frozenset[Pending]) -> frozenset[Pending]:
-        for stmt in seq.body:
-            if isinstance(stmt, ins.Instruction):
-                state = self._instruction(stmt, state)
-            elif isinstance(stmt, For):
-                head = state  # grows to the states at the loop's head (finite: converges)
-                while True:
-                    new = self._forward(stmt.body, head) | head
-                    if new == head:
-                        break
-                    head = new
-                state = head
-            elif isinstance(stmt, If):
-                then = self._forward(stmt.then_body, state)
-                other = self._forward(stmt.else_body, state) if stmt.else_body else state
-                state = then | other
-            elif isinstance(stmt, Seq):
-                state = self._forward(stmt, state)
-        return state
+    def _written_before_sync(self, inst: ins.Instruction,
+                             after: frozenset[str]) -> frozenset[str]:
+        """Backward: the tiles written from `inst` on until the next `sync` on some path,
+        given those from after it; records each sync's (`written_after`)."""
+        if isinstance(inst, ins.Sync):
+            self.written_after[id(inst)] = self.written_after.get(id(inst), frozenset()) \
+                | after
+            return frozenset()
+        name = shared_written(inst)
+        return after if name is None else after | {name}
 
     def _instruction(self, inst: ins.Instruction,
                      state: frozenset[Pending]) -> frozenset[Pending]:
+        """Forward: the pending lists after `inst`; records its wait."""
         key = id(inst)  # (loops are walked until their states settle: the last walk counts)
         if isinstance(inst, ins.Sync):
             keep = self._keep(state, self.written_after.get(key, frozenset()))

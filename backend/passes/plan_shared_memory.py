@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilevm.ir import dataflow
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import For, If, Program, Seq
 from tilevm.ir.transform import instructions, map_tensors
@@ -229,6 +230,8 @@ def tma_ring_bound(program: Program) -> int | None:
 
     def step(inst: ins.Instruction, state: State) -> State:
         nonlocal ring
+        if state is None:
+            return None
         pending, waited, open_ = state
         if isinstance(inst, ins.CopyAsync):
             return None if waited else (pending, waited, True)
@@ -245,23 +248,5 @@ def tma_ring_bound(program: Program) -> int | None:
         return None if a is None or b is None else \
             (max(a[0], b[0]), a[1] or b[1], a[2] or b[2])
 
-    def walk(seq: Seq, state: State) -> State:
-        for stmt in seq.body:
-            if state is None:
-                return None
-            if isinstance(stmt, ins.Instruction):
-                state = step(stmt, state)
-            elif isinstance(stmt, Seq):
-                state = walk(stmt, state)
-            elif isinstance(stmt, If):
-                state = join(walk(stmt.then_body, state),
-                             walk(stmt.else_body, state) if stmt.else_body else state)
-            elif isinstance(stmt, For):  # zero or more trips: iterate to the head's state
-                head = state
-                while head is not None and (new := join(head, walk(stmt.body, head))) != head:
-                    head = new
-                state = head
-        return state
-
-    end = walk(program.body, (0, False, False))
+    end = dataflow.walk(program.body, (0, False, False), step, join)
     return ring if end is not None and end[0] == 0 and not end[2] else None
