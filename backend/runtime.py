@@ -1109,8 +1109,9 @@ _TMA_TYPES = {8: "UINT8", 16: "FLOAT16", 32: "FLOAT32", 64: "FLOAT64"}
 def encode_tensor_maps(sig: Signature, bound: Sequence[BoundPointer | BoundScalar]) -> list:
     """The `CUtensorMap` of each of the kernel's tensor-map parameters for these
     arguments: the view's address, extents and byte strides evaluated over the scalar
-    arguments. A view TMA cannot describe (an address or stride not a multiple of 16
-    bytes) is an `ArgumentValueError` naming it, before the launch."""
+    arguments (an empty view: one element of a zeroed buffer). A view TMA cannot
+    describe (an address or stride not a multiple of 16 bytes) is an
+    `ArgumentValueError` naming it, before the launch."""
     drv = _driver()
     env = {b.param.name: b.value for b in bound if isinstance(b, BoundScalar)}
     pointers = {b.param.name: b for b in bound if isinstance(b, BoundPointer)}
@@ -1125,11 +1126,14 @@ def encode_tensor_maps(sig: Signature, bound: Sequence[BoundPointer | BoundScala
         address = pointers[view.param].address + offset * elem
         dims = [shape[d] for d in spec.dims]
         gstrides = [strides[d] * elem for d in spec.dims[1:]]
-        if address % 16 or any(st % 16 for st in gstrides) or min(dims) < 1:
+        if min(dims) < 1:  # nothing to read: every copy from it is zero fill. A map
+            # cannot be empty, so it describes one element of a zeroed buffer instead
+            address, dims, gstrides = _zero_block(), [1] * len(dims), [16] * len(gstrides)
+        if address % 16 or any(st % 16 for st in gstrides):
             raise ArgumentValueError(
                 f"kernel {sig.name}: the view of {view.param} ({spec.view}) starts at "
-                f"{address:#x} with byte strides {gstrides} and extents {dims}: the tensor "
-                f"memory accelerator needs 16-byte multiples and non-empty extents")
+                f"{address:#x} with byte strides {gstrides}: the tensor memory "
+                f"accelerator needs 16-byte multiples")
         name = "BFLOAT16" if view.dtype.name == "bf16" else _TMA_TYPES[view.dtype.bits]
         dtype = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}")
         swizzle = getattr(drv.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_NONE"
@@ -1144,6 +1148,22 @@ def encode_tensor_maps(sig: Signature, bound: Sequence[BoundPointer | BoundScala
         _call(f"cuTensorMapEncodeTiled({sig.name}: {spec.view})", (err,))
         maps.append(tmap)
     return maps
+
+
+_zero_blocks: dict[int, int] = {}  # context handle -> device address (`_zero_block`)
+ZERO_BLOCK_BYTES = 256
+
+
+def _zero_block() -> int:
+    """A zeroed device buffer of the current context, allocated once: what the tensor map
+    of an empty view points at (its one element, 0, and zero fill elsewhere)."""
+    drv = _driver()
+    ctx = int(ensure_context().handle)
+    if ctx not in _zero_blocks:
+        address = int(_call(f"cuMemAlloc({ZERO_BLOCK_BYTES})", drv.cuMemAlloc(ZERO_BLOCK_BYTES)))
+        _call("cuMemsetD8", drv.cuMemsetD8(address, 0, ZERO_BLOCK_BYTES))
+        _zero_blocks[ctx] = address
+    return _zero_blocks[ctx]
 
 
 def _pack(bound: Sequence[BoundPointer | BoundScalar]) -> _LaunchParams:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -98,11 +100,71 @@ def test_the_signature_records_the_maps_and_round_trips_through_json():
     assert maps == (TensorMapSpec("gx", (1, 0), (64, 64), 128),)
     sig = signature_from_program(program)
     assert [v.name for v in sig.views] == ["gx", "gy"]
-    from dataclasses import replace
-
     sig = replace(sig, tensor_maps=maps)
     again = Signature.from_json(json.loads(json.dumps(sig.to_json())))
     assert again.tensor_maps == maps and again.views == sig.views
+
+
+class _FakeDriver:
+    """Enough of `cuda.bindings.driver` for `encode_tensor_maps` to run without a GPU:
+    the enums are their members' names, the encoding and allocation calls recorded."""
+
+    CUresult = SimpleNamespace(CUDA_SUCCESS=0)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        return SimpleNamespace(**{m: m for m in (
+            "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "CU_TENSOR_MAP_SWIZZLE_128B",
+            "CU_TENSOR_MAP_INTERLEAVE_NONE", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+            "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE")})
+
+    cuuint64_t = cuuint32_t = staticmethod(int)
+
+    def cuTensorMapEncodeTiled(self, *args):
+        self.calls.append(("encode", *args))
+        return 0, f"map{len(self.calls)}"
+
+    def cuMemAlloc(self, nbytes):
+        self.calls.append(("alloc", nbytes))
+        return 0, 0x7F0000
+
+    def cuMemsetD8(self, address, value, nbytes):
+        self.calls.append(("memset", address, value, nbytes))
+        return (0,)
+
+
+@pytest.mark.parametrize("K", [136, 0])
+def test_an_empty_view_is_encoded_as_one_zero_element(monkeypatch, K):
+    """The map of an empty view (no copy reads it: every box is zero fill) points at one
+    element of a zeroed buffer, allocated once; a non-empty view maps its own memory."""
+    from tilevm.backend import runtime
+
+    fake = _FakeDriver()
+    monkeypatch.setattr(runtime, "_driver", lambda: fake)
+    monkeypatch.setattr(runtime, "ensure_context", lambda: runtime.Context(7, 0))
+    monkeypatch.setattr(runtime, "_zero_blocks", {})
+    program = KERNELS.staged_copy.specialize()
+    sig = replace(signature_from_program(program),
+                  tensor_maps=tensor_maps(run_passes(program, arch="sm_90a")))
+    x, y, M, N = sig.params
+    bound = [runtime.BoundPointer(x, runtime.BufferInfo(0x10000, 70 * K * 2, "f2", "f16")),
+             runtime.BoundPointer(y, runtime.BufferInfo(0x20000, 70 * K * 2, "f2", "f16")),
+             runtime.BoundScalar(M, 70), runtime.BoundScalar(N, K)]
+    for _ in range(2):
+        assert runtime.encode_tensor_maps(sig, bound) == ["map" + str(len(fake.calls))]
+    encodes = [c for c in fake.calls if c[0] == "encode"]
+    # (dtype, rank, address, dims innermost first, byte strides, box, element strides, ...)
+    if K:
+        assert encodes[0][2:6] == (2, 0x10000, [K, 70], [2 * K])
+        assert not [c for c in fake.calls if c[0] != "encode"]
+    else:
+        assert encodes[0][2:6] == (2, 0x7F0000, [1, 1], [16])
+        assert [c for c in fake.calls if c[0] != "encode"] == [
+            ("alloc", runtime.ZERO_BLOCK_BYTES), ("memset", 0x7F0000, 0,
+                                                   runtime.ZERO_BLOCK_BYTES)]
+    assert all(c[6] == [64, 64] for c in encodes)
 
 
 @pytest.mark.parametrize("per_block", [False, True])
