@@ -65,7 +65,7 @@ def shared_written(inst: ins.Instruction) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class WgmmaWaits:
     keep: dict[int, int]
     settled: dict[int, bool]
@@ -126,7 +126,7 @@ class _Analysis:
         return state
 
     def _keep(self, state: Iterable[Pending], written: Iterable[str]) -> int:
-        """The most newest groups that may stay in flight, over every possible list."""
+        """How many of the newest groups may stay in flight, over every possible list."""
         written = list(written)
         keep = _DEPTH + 1
         for pending in state:
