@@ -56,7 +56,6 @@ from tilevm.ir.expr import (
 )
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
-from tilevm.ir.transform import instructions
 from tilevm.ir.types import Pointer, Tensor
 from tilevm.layouts import RegisterLayout
 
@@ -107,7 +106,7 @@ class KernelCodegen:
     # ---- entry point ---------------------------------------------------------------------
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
-        if any(tma.is_tma(i) for i in instructions(self.program.body)):
+        if self.tensor_maps:  # TMA copies: their barrier ring and group counter
             self.tma = tma.TmaState(self, self.tensor_maps, len(self.program.params))
             tma.init_barriers(self, self.tma)
         self.lower_seq(self.program.body)

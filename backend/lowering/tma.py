@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64
+from tilevm.backend.passes.plan_shared_memory import is_tma
 from tilevm.backend.runtime import TensorMapSpec
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program
@@ -36,11 +37,6 @@ if TYPE_CHECKING:
 
 MAP_BYTES = 128
 MAP_TYPE = ir.ArrayType(I8, MAP_BYTES)
-
-
-def is_tma(inst: ins.Instruction) -> bool:
-    return isinstance(inst, ins.CopyAsync) and inst.lowering is not None \
-        and inst.lowering.name == "tma"
 
 
 def tensor_maps(program: Program) -> tuple[TensorMapSpec, ...]:

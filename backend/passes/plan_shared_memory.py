@@ -197,11 +197,16 @@ def shared_plan(program: Program) -> SharedPlan:
                       barrier_offset, barriers)
 
 
+def is_tma(inst: ins.Instruction) -> bool:
+    """A `copy_async` that `select_instructions` sent through the tensor memory
+    accelerator (form `tma(...)`)."""
+    return isinstance(inst, ins.CopyAsync) and inst.lowering is not None \
+        and inst.lowering.name == "tma"
+
+
 def tma_ring(program: Program) -> int:
     """mbarriers a program whose `copy_async`s go through TMA needs (0 otherwise)."""
-    found = instructions(program.body)
-    if not any(isinstance(i, ins.CopyAsync) and i.lowering is not None
-               and i.lowering.name == "tma" for i in found):
+    if not any(is_tma(i) for i in instructions(program.body)):
         return 0
     ring = tma_ring_bound(program)
     assert ring is not None, "TMA selected for a program whose groups cannot use a ring"
