@@ -1,0 +1,246 @@
+"""The schedule space of the quantized matmul (`kernels.qmm`, `kernels.qmm_staged`,
+`kernels.qmm_wgmma`) and the default choice.
+
+A `Schedule` is the kernel's compile-time tiling: `bm` rows of x per block (one mma
+row tile, 8 or 16 rows swapped, serves a decode batch), `bk` rows of K per step (a multiple
+of 32 dividing the group size), `num_warps` warps, `split_k` blocks along K (the last
+of them to finish adds their f32 partial sums), whether the activations go through
+shared memory (`x_shared`, two stages), how many k-tiles of weights are in flight
+(`prefetch`), how many scale groups one iteration of the main loop covers (`unroll`:
+with `unroll * group_size / bk` a multiple of `prefetch + 1` the registers in flight
+rotate without copies), and `swap_ab`: compute `y^T = W^T x^T` with the weights as the mma A
+operand, so that x pads to 8 rows instead of 16 (`bm` a multiple of 8): for M <= 8 half
+the tensor-core work and accumulator registers. Those are the streaming kernel's
+(`kernels.qmm`: each warp 32 columns and all `bm` rows, weights straight into
+registers: decode). `staged` selects the kernel for many rows (`kernels.qmm_staged`:
+`warps_m x num_warps / warps_m` warps of `bm / warps_m` rows and 32 columns, every
+operand through `stages` shared-memory buffers: prefill); it takes none of `split_k`,
+`x_shared`, `prefetch`, `unroll` and `swap_ab`. `wgmma` selects the prefill kernel for
+Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
+rows, x^T through `stages` shared buffers read by wgmma; `bk` 64 or 32); it takes `bm`,
+`bk`, `num_warps` (whole warpgroups) and `stages`.
+
+`candidates` lists the schedules worth timing for a problem (what the tuner compiles);
+`default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
+when `N / 32` warps are too few), the smallest tile rows that cover M, one k-tile of
+weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
+(`hopper=True`: sm_90a code runs) the wgmma kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
+# The version of the schedule space, part of the tuning table's keys: bumped when the
+# candidates change (2: the wgmma kernel), so problems tuned over an older space are
+# tuned again instead of keeping a winner among fewer kernels.
+SPACE_VERSION = 2
+STAGED_FROM = 128  # rows from which the default is the staged kernel
+
+
+@dataclass(frozen=True)
+class Schedule:
+    bm: int = 16
+    bk: int = 32
+    num_warps: int = 1
+    split_k: int = 1
+    x_shared: bool = True
+    prefetch: int = 1
+    swap_ab: bool = False
+    staged: bool = False
+    warps_m: int = 1
+    stages: int = 2
+    unroll: int = 1
+    wgmma: bool = False
+
+    def __post_init__(self) -> None:
+        if self.staged and self.wgmma:
+            raise ValueError(f"a schedule selects one kernel, staged or wgmma: {self!r}")
+        many_rows = self.staged or self.wgmma
+        if many_rows and (self.split_k, self.x_shared, self.prefetch, self.swap_ab,
+                          self.unroll) != (1, True, 1, False, 1):
+            raise ValueError(f"a {'staged' if self.staged else 'wgmma'} schedule takes bm, "
+                             f"bk, num_warps{', warps_m' if self.staged else ''} and stages "
+                             f"only, got {self!r}")
+        if self.wgmma and self.warps_m != 1:
+            raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
+        if not many_rows and (self.warps_m, self.stages) != (1, 2):
+            raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
+
+    def constants(self) -> dict[str, int | bool]:
+        """The compile-time constants of the kernel this schedule selects."""
+        if self.staged:
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        warps_m=self.warps_m, stages=self.stages)
+        if self.wgmma:
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        stages=self.stages)
+        table = asdict(self)
+        for name in ("staged", "warps_m", "stages", "wgmma"):
+            del table[name]
+        return table
+
+    def fits(self, K: int, group_size: int) -> bool:
+        """Whether the kernel's requirements hold for this K and group size."""
+        if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
+            return False
+        if self.wgmma:
+            return self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0 \
+                and 8 <= self.bm <= 256 and 2 <= self.stages <= 6
+        if self.staged:
+            return self.num_warps % self.warps_m == 0 and \
+                self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
+        if K % (group_size * self.unroll) or self.split_k > K // (group_size * self.unroll):
+            return False
+        if self.bm % (8 if self.swap_ab else 16):
+            return False
+        return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
+
+    def __str__(self) -> str:
+        if self.wgmma:
+            return f"wgmma bm={self.bm} bk={self.bk} warps={self.num_warps} stages={self.stages}"
+        if self.staged:
+            return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
+                    f"warps_m={self.warps_m} stages={self.stages}")
+        return (f"bm={self.bm} bk={self.bk} warps={self.num_warps} split_k={self.split_k}"
+                f"{'' if self.x_shared else ' x_global'}"
+                f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
+                f"{f' unroll={self.unroll}' if self.unroll > 1 else ''}"
+                f"{' swap_ab' if self.swap_ab else ''}")
+
+
+# The staged kernel's tilings worth timing (bm, bk, num_warps, warps_m, stages), from an
+# H100 sweep at M = 4096 (int4, int3, f6e3m2, int8; each was the best or within 5% of it
+# for one type). The defaults come first, 64-row then 32-row k-tiles: they compile
+# without spills for every weight type (the others reach 255 registers for odd widths).
+STAGED_TILES = ((128, 64, 8, 2, 2), (128, 32, 8, 2, 3), (64, 32, 4, 1, 4),
+                (128, 32, 4, 2, 4), (64, 32, 8, 1, 4), (128, 64, 8, 2, 3))
+
+
+def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Schedule:
+    """The staged kernel's schedule with this tiling (the order of `STAGED_TILES`)."""
+    return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
+
+
+# The Hopper kernel's tilings worth timing (bm, num_warps, stages), from H100 sweeps at
+# M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and gate_up): one warpgroup of 128 rows
+# with 2 stages was best (fewest registers: 128 accumulators per thread), 3 stages or
+# two warpgroups within 5-15% and best on some layers; 64- and 96-row tiles lost 10-30%.
+WGMMA_TILES = ((128, 4, 2), (128, 4, 3), (128, 8, 4))
+
+
+def wgmma(bm: int, num_warps: int, stages: int, group_size: int) -> Schedule:
+    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`)."""
+    return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages)
+
+
+def row_tiles(M: int) -> tuple[int, ...]:
+    """Values of `bm` worth trying for M rows."""
+    if M <= 16:
+        return (16,)
+    if M <= 32:
+        return (16, 32)
+    return (32, 64)
+
+
+def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
+               ) -> list[Schedule]:
+    """The schedules the tuner times for this problem (all fit it); `hopper`: the GPU
+    runs sm_90a code (wgmma). Measured on an H100 and an H200 (bench/results): 64-row
+    k-tiles win whenever the group allows the pipelines with them; up to 8 rows the
+    swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
+    layers and lose a few percent on some small ones (fewer warps fit: more registers);
+    from 4096 rows on an H100 the wgmma kernel beat the staged one at every type
+    measured (by 1.3 to 1.8x), so there it is the only one timed."""
+    bk = k_tile(group_size)
+    found = []
+    if M > 64 and hopper:
+        found += [s for s in (wgmma(*t, group_size) for t in WGMMA_TILES)
+                  if s.fits(K, group_size)]
+    if M > 64 and not (hopper and M > 256 and found):
+        found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
+    if M > 256:
+        return found  # the streaming kernel was slower at every type (bench/results)
+    splits = (1, 2, 4, 8, 16) if M <= 64 else (1,)  # prefill has blocks enough
+    if 8 < M <= 16:  # a split need not divide the groups: at 16 rows 6 filled the GPU
+        # best on some layers (H100 int4, 70B qkv: 8% over 4 or 8) and 16 never won; up
+        # to 8 rows 16 won for odd widths on 70B qkv and down. (Both everywhere: 18
+        # candidates, a first call of 21.7 s for f6e3m2, over the 20 s budget.)
+        splits = (1, 2, 4, 6, 8)
+    if M <= 16:
+        for warps in (2, 4):
+            for split in splits:
+                found.append(Schedule(swap_rows(M), bk, warps, split, swap_ab=True))
+        if M <= 8:  # 16 rows: too many registers (spills at odd widths)
+            found += [deepen(Schedule(8, bk, 2, split, swap_ab=True), K, group_size)
+                      for split in splits]
+    if M > 8 or not any(s.fits(K, group_size) for s in found):  # or small groups
+        for bm in row_tiles(M):
+            for warps in (2,) if M <= 16 else (2, 4):
+                for split in splits:
+                    s = Schedule(bm, bk, warps, split)
+                    found.append(s if s.fits(K, group_size) else  # small groups
+                                 Schedule(bm, bk, warps, split, x_shared=False))
+    return list(dict.fromkeys(s for s in found if s.fits(K, group_size)))
+
+
+def deepen(s: Schedule, K: int, group_size: int) -> Schedule:
+    """`s` with three k-tiles of weights in flight and two groups per iteration of the
+    main loop (so the registers in flight rotate without copies), when that fits the
+    problem; else `s`."""
+    deep = replace(s, prefetch=3, unroll=2)
+    return deep if deep.fits(K, group_size) else s
+
+
+def even_stages(unroll: int, group_size: int, bk: int) -> bool:
+    """Whether the main loop's k-tiles (`unroll * group_size / bk`) alternate evenly
+    between the activations' two shared-memory stages (the kernel's requirement for
+    `x_shared`)."""
+    return (unroll * group_size // bk) % 2 == 0
+
+
+def k_tile(group_size: int) -> int:
+    """`bk`: 64 rows when the group allows the two-stage pipeline with them (measured
+    best on an H100 and an H200), else 32."""
+    return 64 if group_size % 128 == 0 else 32
+
+
+def swap_rows(M: int) -> int:
+    """`bm` of the swapped (`swap_ab`) kernel for M <= 16 rows: 8 or 16."""
+    return 8 if M <= 8 else 16
+
+
+def default_schedule(M: int, N: int, K: int, group_size: int,
+                     sms: int = SMS_H100, *, hopper: bool = False) -> Schedule:
+    """A good schedule without timing anything (see the module docstring)."""
+    # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
+    # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
+    # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
+    # block for wide layers.
+    if M >= STAGED_FROM and hopper:
+        tile = wgmma(*WGMMA_TILES[0], group_size)
+        if tile.fits(K, group_size):
+            return tile
+    if M >= STAGED_FROM:
+        for tile in (staged(*t) for t in STAGED_TILES[:2]):
+            if tile.fits(K, group_size):
+                return tile
+    bk = k_tile(group_size)
+    x_shared = even_stages(1, group_size, bk)
+    swap_ab = M <= 16 and x_shared
+    if swap_ab:
+        # Up to 8 rows 4 warps, one k-tile of weights ahead: the tuner's pick on most
+        # layers and types (H100, 2026-11-21). The deeper pipeline (`deepen`) won only on
+        # wide layers, and its registers sit at the 128 that let 16 warps share an SM: a
+        # conversion change that cost a few (int4: 136) made it 25-40% slower.
+        bm = swap_rows(M)
+        warps = 4 if bm == 8 else 2
+    else:
+        bm, warps = row_tiles(M)[0], 4 if N >= 8192 else 2
+    blocks = -(-N // (32 * warps)) * -(-M // bm)
+    split = 1
+    while blocks * split < 4 * sms and split < 16 and \
+            Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
+        split *= 2
+    return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
