@@ -1,19 +1,35 @@
-# usage: abtune.py OUT.jsonl DTYPES MS SHAPES -> same lease: tuned over the old candidates (HEAD's schedule.py) vs the new
-# (with the ring kernel); each winner timed twice, interleaved, read flush; then a cold first call (empty cache)
-import sys, json, importlib.util, os
+# usage: abtune.py OUT.jsonl DTYPES MS SHAPES -> same lease: tuned over the old candidates
+# (HEAD's schedule.py) vs the new (with the ring kernel); each winner timed twice, interleaved,
+# read flush; then a cold first call (empty cache)
+import importlib.util
+import json
+import os
+import sys
 from dataclasses import asdict
+
 import torch
+
+from tilevm.bench.qmm import Timer
 from tilevm.kernels import matmul
+from tilevm.kernels.matmul import quantized_matmul
 from tilevm.kernels.schedule import Schedule, candidates
 from tilevm.kernels.weights import quantize
-from tilevm.kernels.matmul import quantized_matmul
-from tilevm.bench.qmm import Timer
-spec = importlib.util.spec_from_file_location("schedule_head", os.path.join(os.path.dirname(__file__), "schedule_head.py"))
-head = importlib.util.module_from_spec(spec); sys.modules["schedule_head"] = head; spec.loader.exec_module(head)
+
+spec = importlib.util.spec_from_file_location(
+    "schedule_head", os.path.join(os.path.dirname(__file__), "schedule_head.py"))
+head = importlib.util.module_from_spec(spec)
+sys.modules["schedule_head"] = head
+spec.loader.exec_module(head)
 SHAPES = {"8b.qkv": (12288, 4096), "70b.qkv": (10240, 8192), "70b.o": (8192, 8192),
           "70b.gate_up": (57344, 8192), "70b.down": (8192, 28672)}
-old = lambda M, N, K, g, hopper=False, bits=4: [Schedule(**asdict(s)) for s in head.candidates(M, N, K, g, hopper=hopper)]
-out, dts, ms, shapes = sys.argv[1], sys.argv[2].split(","), [int(m) for m in sys.argv[3].split(",")], sys.argv[4].split(",")
+
+
+def old(M, N, K, g, hopper=False, bits=4):
+    return [Schedule(**asdict(s)) for s in head.candidates(M, N, K, g, hopper=hopper)]
+
+
+out, dts = sys.argv[1], sys.argv[2].split(",")
+ms, shapes = [int(m) for m in sys.argv[3].split(",")], sys.argv[4].split(",")
 timer = Timer(min_reps=60, l2_flush="read")
 f = open(out, "a")
 for sh in shapes:
@@ -32,7 +48,10 @@ for sh in shapes:
             us = {k: [] for k in picks}
             for _ in range(2):
                 for k, s in picks.items():
-                    us[k].append(timer(lambda: quantized_matmul(x, qw, schedule=s))[0] * 1e6)
+                    us[k].append(
+                        timer(lambda x=x, qw=qw, s=s: quantized_matmul(x, qw, schedule=s))[0] * 1e6)
             rec = dict(shape=sh, M=M, dtype=wd, **{k: round(min(v), 2) for k, v in us.items()},
                        **{k + "_sched": str(s) for k, s in picks.items()})
-            print(json.dumps(rec), flush=True); f.write(json.dumps(rec) + "\n"); f.flush()
+            print(json.dumps(rec), flush=True)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
