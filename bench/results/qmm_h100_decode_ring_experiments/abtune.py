@@ -1,6 +1,6 @@
 # usage: abtune.py OUT.jsonl DTYPES MS SHAPES -> same lease: tuned over the old candidates
-# (HEAD's schedule.py) vs the new (with the ring kernel); each winner timed twice, interleaved,
-# read flush; then a cold first call (empty cache)
+# (schedule_head.py beside this script: `git show c65e54e:kernels/schedule.py`) vs the new
+# (with the ring kernel); each winner timed twice, interleaved, read flush
 import importlib.util
 import json
 import os
