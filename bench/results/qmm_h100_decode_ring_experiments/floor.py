@@ -1,3 +1,4 @@
+# (needs ring_kernel.patch applied: it subclasses its kernels.qmm.SplitK)
 # usage: floor.py OUT.jsonl -> what reading the weights costs under the bench's read flush: torch
 # sum/copy of the packed bytes, the tuned kernel, and the tuned kernel without its split-K reduction
 # (timing only), M=1
