@@ -9,9 +9,12 @@ set). Entries live in `<dir>/v<FORMAT>/<key[:2]>/<key>.ptx`.
 
 Key: the sha256 of a canonical JSON document of the IR text, `COMPILER_VERSION`, the
 target architecture and the options (a mapping of JSON-able values; key order does
-not matter). **Bump `COMPILER_VERSION` whenever a change to the backend can change the
-PTX generated for the same IR** (passes, codegen, the conversion rules, runtime calling
-conventions); old entries are then simply never hit again. `clear()` removes them.
+not matter). `COMPILER_VERSION` is computed, not written by hand: a digest of the
+source of every module that turns IR into PTX (backend/, ir/, layouts/, dtypes/) and
+of llvmlite's version. So any change that could change the PTX for the same IR
+(passes, codegen, the conversion rules, calling conventions) gives new keys, and old
+entries are simply never hit again (a hand-bumped version had stayed unchanged through
+many such changes). `clear()` removes them.
 
 Entry format: one file, which is itself valid PTX: its first line is a PTX comment
 `// tilevm-cache {json}` holding the metadata (kernel name, shared memory bytes, number
@@ -44,11 +47,30 @@ from typing import Any
 
 __all__ = [
     "COMPILER_VERSION", "CACHE_FORMAT", "Artifact", "CacheKey", "CacheStats", "CacheWarning",
-    "KernelCache", "cache_dir", "default_cache", "get_or_build", "clear", "stats",
+    "KernelCache", "cache_dir", "compiler_version", "default_cache", "get_or_build", "clear",
+    "stats",
 ]
 
-# Bump on every backend change that can change the PTX for the same IR (see above).
-COMPILER_VERSION = "0.1.0-backend.1"
+# The packages whose source decides the PTX for a given IR (see above).
+_CODEGEN_PACKAGES = ("backend", "ir", "layouts", "dtypes")
+
+
+def compiler_version(root: Path | None = None) -> str:
+    """`0.1.0-<digest>`: the sha256 (16 hex digits) of the `_CODEGEN_PACKAGES`' Python
+    sources (paths and contents, in path order) under `root` (default: this tilevm
+    package) and of llvmlite's version."""
+    import llvmlite
+
+    root = Path(__file__).resolve().parent.parent if root is None else root
+    digest = hashlib.sha256(f"llvmlite {llvmlite.__version__}\0".encode())
+    for package in _CODEGEN_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return f"0.1.0-{digest.hexdigest()[:16]}"
+
+
+COMPILER_VERSION = compiler_version()
 # The on-disk entry format; bumping it moves the cache to a new subfolder.
 CACHE_FORMAT = 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import tilevm
 from tilevm.backend import cache as cache_mod
 from tilevm.backend.cache import (
     COMPILER_VERSION,
@@ -18,6 +20,7 @@ from tilevm.backend.cache import (
     CacheKey,
     CacheWarning,
     KernelCache,
+    compiler_version,
     decode_entry,
     encode_entry,
 )
@@ -113,6 +116,22 @@ def test_key_is_canonical() -> None:
     assert a.digest() == b.digest()
     assert len(a.digest()) == 64
     assert CacheKey("ir", "sm_80").compiler_version == COMPILER_VERSION
+
+
+def test_compiler_version_follows_the_codegen_sources(tmp_path: Path) -> None:
+    """The version is a digest of the sources that turn IR into PTX: editing one of them
+    (here a comment in a lowering) changes it, editing a kernel or the frontend does not
+    (their changes reach the key through the IR text)."""
+    package = Path(tilevm.__file__).parent
+    for sub in ("backend", "ir", "layouts", "dtypes", "kernels"):
+        shutil.copytree(package / sub, tmp_path / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    here = compiler_version(tmp_path)
+    assert here == compiler_version(package) == COMPILER_VERSION
+    (tmp_path / "kernels" / "qmm.py").write_text("# another kernel\n")
+    assert compiler_version(tmp_path) == here
+    lowering = tmp_path / "backend" / "lowering" / "global_memory.py"
+    lowering.write_text(lowering.read_text() + "# a change\n")
+    assert compiler_version(tmp_path) != here
 
 
 def test_options_must_be_json() -> None:
