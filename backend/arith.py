@@ -79,10 +79,10 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     -> `dst` values, bit-identical to `convert_value` on each code. Into f16/bf16
     (`pairs_convert`) two codes go through one `<2 x half|bfloat>` float op
     (`conversions.emit_convert_pair`): for b in {1, 2, 4, 8} and whole words, codes `j`
-    and `j + 16/b` of a word (16 bits apart: both in their lanes after one shift, which
-    serves every pair up to `max_pair_offset` bits above it); otherwise consecutive
-    codes, each cut out of the word(s) it occupies. An odd last code is converted
-    alone."""
+    and `j + 16/b` of a word (16 bits apart: both in their lanes after one shift);
+    otherwise consecutive codes, both in their lanes after a funnel shift, a shift and
+    a merge. Either lanes word serves every pair up to `max_pair_offset` bits above its
+    start. An odd last code is converted alone."""
     from tilevm.backend.lowering.bitcast import extract_bits, from_bits  # (imports arith)
 
     bits = src.bits
@@ -93,31 +93,63 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     if not pairs_convert(src, dst):
         return [convert_value(b, from_bits(b, code(l), src), src, dst) for l in range(count)]
     per_word = 32 // bits
-    pairs: list[tuple[int, int, ir.Value, int]] = []  # (first, second, lanes, offset)
     if 16 % bits == 0 and count % per_word == 0:
-        # Pair j sits at bit j*b of both lanes; one shift right by r serves every pair
-        # up to `max_pair_offset` bits above r (the rule reads a code at an offset).
+        # Codes j and j + 16/b of a word are 16 bits apart: after one shift of the word
+        # both sit at the same offset of their lanes.
         half = per_word // 2
+        pairs = [(w * per_word + j, w * per_word + j + half)
+                 for w in range(count // per_word) for j in range(half)]
         reach = conversions.max_pair_offset(src, dst)
-        for w in range(count // per_word):
-            shift = None
-            for j in range(half):
-                if shift is None or j * bits - shift > reach:
-                    shift = j * bits
-                    lanes = b.lshr(words[w], ir.Constant(I32, shift)) if shift else words[w]
-                pairs.append((w * per_word + j, w * per_word + j + half, lanes,
-                              j * bits - shift))
+
+        def lanes_at(start: int) -> ir.Value:
+            w, r = divmod(start, 32)
+            return b.lshr(words[w], ir.Constant(I32, r)) if r else words[w]
     else:
-        pairs += [(l, l + 1, b.or_(code(l), b.shl(code(l + 1), ir.Constant(I32, 16))), 0)
-                  for l in range(0, count - 1, 2)]
+        # Consecutive codes l, l + 1, from a 32-bit window `v` of the packed bits that
+        # starts at or below code l: `(v & 0xFFFF) | v << (16 - b)` holds v's bits 0-15
+        # in the low lane and bits b to b + 15 in the high one, so code l + 1 sits in its
+        # lane at the same offset as code l in its own. (The shifted copy also leaves v's
+        # lowest b bits at the top of the low lane: an offset up to 16 - 2b keeps them
+        # clear of code l.) A window costs a (funnel) shift, a shift and one merge.
+        pairs = [(l, l + 1) for l in range(0, count - 1, 2)]
+        reach = min(conversions.max_pair_offset(src, dst), 16 - 2 * bits)
+
+        def lanes_at(start: int) -> ir.Value:
+            v = _window(b, words, start)
+            return b.or_(b.and_(v, ir.Constant(I32, 0xFFFF)),
+                         b.shl(v, ir.Constant(I32, 16 - bits)))
+    # One lanes word serves every later pair whose first code lies up to `reach` bits
+    # above its start (the rule reads a code at an offset): into f16, one shift of a
+    # word serves two pairs of int4 and five of int2, one window two pairs of int3.
+    # (All lanes words first, then the conversions: ptxas allocated 128 registers
+    # instead of 96 to the int8 decode kernel with the two interleaved.)
+    starts: list[int] = []
+    for first, _ in pairs:
+        if not starts or first * bits - starts[-1] > reach:
+            starts.append(first * bits)
+    lanes = {start: lanes_at(start) for start in starts}
     out: list[ir.Value | None] = [None] * count
-    for first, second, lanes, offset in pairs:
-        pair = conversions.emit_convert_pair(b, lanes, src, dst, offset=offset)
+    for first, second in pairs:
+        start = max(s for s in starts if s <= first * bits)
+        pair = conversions.emit_convert_pair(b, lanes[start], src, dst,
+                                             offset=first * bits - start)
         out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
                                    for j in (0, 1))
     if count % 2 and out[-1] is None:
         out[-1] = conversions.emit_convert(b, code(count - 1), src, dst)
     return out  # type: ignore[return-value]
+
+
+def _window(b: ir.IRBuilder, words: list[ir.Value], start: int) -> ir.Value:
+    """Bits [start, start + 32) of the bit array held in i32 `words` (zeros past its
+    end): one funnel shift (`shf.r`) of the two words it spans."""
+    w, r = divmod(start, 32)
+    if r == 0:
+        return words[w]
+    if w + 1 == len(words):
+        return b.lshr(words[w], ir.Constant(I32, r))
+    fshr = intrinsic(b, "llvm.fshr", I32, [I32], [I32, I32, I32])
+    return b.call(fshr, [words[w + 1], words[w], ir.Constant(I32, r)])
 
 
 def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type],

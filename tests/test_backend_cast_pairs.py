@@ -172,6 +172,30 @@ def test_paired_cast_is_bit_identical_to_per_element(pairs_jit, src, dst, count)
     assert np.array_equal(np.signbit(as_float), np.signbit(want))
 
 
+@pytest.mark.parametrize("src, dst, windows", [
+    ("int3", "f16", 8),  # 16 pairs, two per window (offsets 0 and 6 of reach 7)
+    ("int3", "bf16", 16),  # reach 4: one pair per window
+    ("uint3", "f16", 8),
+    ("int6", "f16", 16),
+])
+def test_consecutive_pairs_share_windows(src, dst, windows):
+    """Codes that do not pair 16 bits apart (b = 3, 5, 6, 7) come out of 32-bit windows of
+    the packed bits, each serving every pair within its reach: one `shl` by 16 - b per
+    window, and the pairs' float ops, in the IR `convert_packed` emits for 32 codes.
+    (Integer codes: the float rule's own shifts would count too.)"""
+    src, dst = parse(src), parse(dst)
+    module = host_module("windows")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I32] * src.bits), "f")  # 32 codes
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    values = convert_packed(b, list(fn.args), 32, src, dst)
+    b.ret_void()
+    text = str(fn)
+    assert len(values) == 32
+    assert len(re.findall(rf'= shl i32 %"?[.\w]+"?, {16 - src.bits}\b', text)) == windows
+    ty = str(cv.float_ir_type(dst))
+    assert _float_ops(text, ty) == (16 * cv.conversion_rule(src, dst).float_ops, 0)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("src, dst", [("int4", "f16"), ("int4", "bf16"), ("uint8", "bf16"),
                                       ("int8", "bf16"), ("f4e2m1", "bf16"),
