@@ -167,6 +167,8 @@ def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type],
 
 
 def _type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_type_suffix(t.element)}"
     if isinstance(t, ir.IntType):
         return f"i{t.width}"
     return {"half": "f16", "float": "f32", "double": "f64", "bfloat": "bf16"}[str(t)]
@@ -231,14 +233,14 @@ _TILE_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "min": "min", "m
 # comparisons, which do not round) that double rounding is innocuous, because f32 has at
 # least 2p + 2 significand bits (24 >= 2 * 11 + 2 for f16, >= 2 * 8 + 2 for bf16): the
 # result is the correctly rounded one, which `add/sub/mul.rn.f16(x2)` compute directly.
-_NATIVE_HALF_OPS = frozenset({"add", "sub", "mul", "min", "max", "neg", "abs",
+_NATIVE_HALF_OPS = frozenset({"add", "sub", "mul", "fma", "min", "max", "neg", "abs",
                               "lt", "le", "eq", "ne", "gt", "ge"})
 
 
 def pairs_half_op(op: str, dtype: DataType) -> bool:
     """Whether `tile_op` computes `op` on two f16/bf16 values as one `<2 x ...>`
-    operation (PTX `add/sub/mul.rn.f16x2`, `bf16x2`): the native arithmetic."""
-    return dtype.name in ("f16", "bf16") and op in ("add", "sub", "mul")
+    operation (PTX `add/sub/mul/fma.rn.f16x2`, `bf16x2`): the native arithmetic."""
+    return dtype.name in ("f16", "bf16") and op in ("add", "sub", "mul", "fma")
 
 
 def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> ir.Value:
@@ -251,7 +253,10 @@ def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> 
         compute = F32
     else:
         compute = dtype
-    if len(args) == 2:
+    if op == "fma":  # one rounding: PTX fma.rn (f32, f16, bf16 and their pairs)
+        result = b.call(intrinsic(b, "llvm.fma", args[0].type, [args[0].type],
+                                  [args[0].type] * 3), args)
+    elif len(args) == 2:
         result = scalar_binary(b, _TILE_BINARY[op], args[0], args[1], compute)
     else:
         result = _tile_unary(b, op, args[0], compute)

@@ -262,13 +262,15 @@ UNARY_TENSOR_OPS = ("neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
 BINARY_TENSOR_OPS = ("add", "sub", "mul", "div", "mod", "min", "max", "and", "or", "xor",
                      "shl", "shr", "lt", "le", "eq", "ne", "gt", "ge")
 COMPARISON_TENSOR_OPS = ("lt", "le", "eq", "ne", "gt", "ge")
+TERNARY_TENSOR_OPS = ("fma",)  # fma(a, b, c) = a * b + c, rounded once (floats)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Elementwise(Instruction):
     """`out[i] = op(x[i], ...)` with numpy broadcasting of tensor operands; scalar
     operands broadcast to every element. Arithmetic happens in `out`'s dtype (f32 for
-    f16/bf16 math, then rounded); comparisons give bool (uint1)."""
+    f16/bf16 math, then rounded); comparisons give bool (uint1); `fma(a, b, c)` is the
+    exact `a * b + c` rounded once to `out`'s dtype (floats only)."""
 
     opname: ClassVar[str] = "elementwise"
     op: str

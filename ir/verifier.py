@@ -61,7 +61,8 @@ Instructions (memory spaces: G global, S shared, R register)
   - view: out, src R, both with layouts, equal thread counts and equal bits per thread
     (`layout.local_size * dtype.bits`);
   - cast: out, src R of equal shape; any dtype to any dtype;
-  - elementwise: `op` in UNARY_TENSOR_OPS (1 operand) or BINARY_TENSOR_OPS (2); at least
+  - elementwise: `op` in UNARY_TENSOR_OPS (1 operand), BINARY_TENSOR_OPS (2) or
+    TERNARY_TENSOR_OPS (3: fma, floats only); at least
     one R tensor operand, all of one dtype; scalar operands are any expression except a
     float scalar with integer tensors; shapes broadcast (numpy rules) and out's shape is
     the broadcast shape; comparisons give bool (uint1), every other op gives the operand
@@ -145,7 +146,7 @@ DOT_ACCUMULATORS: dict[DataType, tuple[DataType, ...]] = {
 }
 
 BITWISE_TENSOR_OPS = ("and", "or", "xor", "shl", "shr", "not")
-FLOAT_ONLY_TENSOR_OPS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt")
+FLOAT_ONLY_TENSOR_OPS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "fma")
 
 G, S, R = MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.REGISTER
 
@@ -804,9 +805,11 @@ def check_elementwise(ctx: Context, inst: ins.Elementwise) -> None:
         arity = 1
     elif op in ins.BINARY_TENSOR_OPS:
         arity = 2
+    elif op in ins.TERNARY_TENSOR_OPS:
+        arity = 3
     else:
         _fail(f"elementwise: unknown op {_short(op)}; the ops are "
-              f"{', '.join(ins.UNARY_TENSOR_OPS + ins.BINARY_TENSOR_OPS)}")
+              f"{', '.join(ins.UNARY_TENSOR_OPS + ins.BINARY_TENSOR_OPS + ins.TERNARY_TENSOR_OPS)}")
     label = f"elementwise {op}"
     ctx.op = label
     if not isinstance(inst.args, tuple):

@@ -257,7 +257,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
                     part = tv.dot(wt, xa, part) if swap_ab else tv.dot(xa, wt, part)
                     if x_shared:
                         tv.sync()  # every warp has read the stage before it is refilled
-                acc = acc + part * tv.cast(scale, tv.f32)
+                acc = tv.fma(part, tv.cast(scale, tv.f32), acc)  # one FFMA an element
         if x_shared:
             tv.copy_async_wait(0)
         if split_k > 1:

@@ -429,30 +429,42 @@ def broadcast_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return shape
 
 
-def tile_binary(op: str, a: Any, b: Any) -> Any:
-    """`a op b` where at least one side is a Tile: an `elementwise` instruction."""
+def _tile_operands(what: str, values: tuple[Any, ...]) -> tuple[list[Any], DataType] | None:
+    """The `elementwise` operands of `values` (tiles, runtime scalars, numbers; at least
+    one tile) and the tiles' dtype, or None if one is none of those. `what` names the
+    operation in errors."""
     operands = []
     tiles: list[Tile] = []
-    for v in (a, b):
+    for v in values:
         if isinstance(v, Tile):
-            v.require_register(f"the operator {op}")
+            v.require_register(what)
             tiles.append(v)
             operands.append(v.tensor)
         elif isinstance(v, Scalar) or is_number(v):
             operands.append(v)
         else:
-            return NotImplemented
+            return None
     dtype = tiles[0].dtype
     for t in tiles[1:]:
         if t.dtype != dtype:
-            raise VMError(f"operator {op} on tiles of different dtypes ({dtype} and {t.dtype}); "
+            raise VMError(f"{what} on tiles of different dtypes ({dtype} and {t.dtype}); "
                           "convert one first with .to(dtype)")
-    for v in (a, b):
+    for v in values:
         is_float = (v.dtype.is_float if isinstance(v, Scalar)
                     else is_number(v) and not isinstance(v, numbers.Integral))
         if is_float and dtype.is_integer:
-            raise VMError(f"operator {op} mixes a {dtype} tile with a float scalar; "
+            raise VMError(f"{what} mixes a {dtype} tile with a float scalar; "
                           "convert the tile first with .to(tv.f32)")
+    broadcast_shapes([t.tensor.type.static_shape for t in tiles])
+    return [v if isinstance(v, Tensor) else to_expr(v) for v in operands], dtype
+
+
+def tile_binary(op: str, a: Any, b: Any) -> Any:
+    """`a op b` where at least one side is a Tile: an `elementwise` instruction."""
+    found = _tile_operands(f"operator {op}", (a, b))
+    if found is None:
+        return NotImplemented
+    args, dtype = found
     if op == "/" and dtype.is_integer:
         raise VMError("'/' on integer tiles is not defined; use // (integer division) or "
                       "convert to a float first with .to(tv.f32)")
@@ -461,10 +473,21 @@ def tile_binary(op: str, a: Any, b: Any) -> Any:
     if op in ("&", "|", "^", "<<", ">>") and dtype.is_float:
         raise VMError(f"bitwise operator {op} needs integer tiles, got {dtype} "
                       "(reinterpret the bits with tv.view first)")
-    broadcast_shapes([t.tensor.type.static_shape for t in tiles])
     ctx = current(f"the tile operator {op}")
-    args = [v if isinstance(v, Tensor) else to_expr(v) for v in operands]
     return Tile(ctx.builder.elementwise(_TILE_BINOPS[op], *args))
+
+
+def tile_fma(a: Any, b: Any, c: Any) -> Tile:
+    """`a * b + c` rounded once: an `elementwise` fma (at least one operand a Tile)."""
+    found = _tile_operands("tv.fma", (a, b, c))
+    if found is None:
+        bad = next(v for v in (a, b, c) if not isinstance(v, (Tile, Scalar)) and not is_number(v))
+        raise VMError(f"tv.fma operands must be tiles, runtime scalars or numbers, got "
+                      f"{describe(bad)}")
+    args, dtype = found
+    if not dtype.is_float:
+        raise VMError(f"tv.fma needs float tiles, got {dtype}; convert with .to(tv.f32)")
+    return Tile(current("tv.fma").builder.elementwise("fma", *args))
 
 
 def tile_unary(op: str, x: Tile) -> Tile:

@@ -168,12 +168,16 @@ def elementwise(op: str, args: list[tuple[np.ndarray, DataType]], out: DataType)
       rounded once to `out` (for f32/f16/bf16 and + - * / sqrt this is the correctly
       rounded result of computing in `out`'s precision).
     """
-    arity = 1 if op in UNARY_ARITY else 2
+    arity = 1 if op in UNARY_ARITY else 3 if op == "fma" else 2
     if len(args) != arity:
         raise VMError(f"elementwise {op} takes {arity} operand(s), got {len(args)}")
     if op in _COMPARE:
         return round_to(_COMPARE[op](args[0][0], args[1][0]).astype(np.float64), out)
     integer = out.is_integer and all(t.is_integer for _, t in args)
+    if op == "fma":
+        if not out.is_float:
+            raise VMError(f"elementwise fma needs a float result type, got {out}")
+        return round_to(plain_nan(fma_round_to_odd(*(a for a, _ in args))), out)
     if integer:
         return _integer_op(op, args, out)
     if op not in _FLOAT_UNARY and op not in _FLOAT_BINARY:
@@ -186,6 +190,24 @@ def elementwise(op: str, args: list[tuple[np.ndarray, DataType]], out: DataType)
         else:
             r = _FLOAT_BINARY[op](args[0][0], args[1][0])
     return round_to(plain_nan(r), out)
+
+
+def fma_round_to_odd(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`a * b + c` in float64, rounded to odd: the nearest float64 toward zero, with its
+    last bit set where that is not exact. Why: rounding that once more to a format of
+    at most 51 significant bits (f32, f16, bf16) gives the correctly rounded fma, where
+    float64's own rounding followed by a second one could round twice in the same
+    direction. The product of two such values is exact in float64, and TwoSum gives
+    the sum's rounding error exactly."""
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        bb = s - p
+        error = (p - (s - bb)) + (c - bb)
+        even = (s.view(np.int64) & 1) == 0
+        inexact = (error != 0) & np.isfinite(s) & np.isfinite(error)
+        toward = np.where(error > 0, np.inf, -np.inf)
+        return np.where(inexact & even, np.nextafter(s, toward), s)
 
 
 def plain_nan(x: np.ndarray) -> np.ndarray:

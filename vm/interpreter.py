@@ -922,7 +922,7 @@ class Interpreter:
         """`out[i] = op(x[i], ...)`, broadcasting (see `interp_values.elementwise`)."""
         out = inst.out
         check_register_dtype(out.dtype, str(out))
-        if inst.op not in ins.UNARY_TENSOR_OPS and inst.op not in ins.BINARY_TENSOR_OPS:
+        if inst.op not in ins.UNARY_TENSOR_OPS + ins.BINARY_TENSOR_OPS + ins.TERNARY_TENSOR_OPS:
             self._fail(f"unknown elementwise operation {inst.op!r}")
         if not any(isinstance(a, Tensor) for a in inst.args):
             self._fail("elementwise needs at least one tensor operand")

@@ -42,7 +42,7 @@ __all__ = [
     "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "full", "zeros", "view", "cast", "where", "sum", "max", "min", "maximum",
-    "minimum", "dot", "annotate_layout", "print", "exp", "exp2", "log", "log2", "sqrt",
+    "minimum", "fma", "dot", "annotate_layout", "print", "exp", "exp2", "log", "log2", "sqrt",
     "rsqrt", "abs", "Kernel", "KernelSignature", "Tile", "Scalar", "VMError", "DataType",
     "RuntimeRange",
     "int1", "int2", "int3", "int4", "int5", "int6", "int7", "int8", "int16", "int32", "int64",
@@ -290,6 +290,16 @@ def minimum(a: Any, b: Any) -> Any:
     if isinstance(a, Tile) or isinstance(b, Tile):
         return fv.tile_binary("min", a, b)
     return _scalar_minmax("min", a, b)
+
+
+def fma(a: Any, b: Any, c: Any) -> Tile:
+    """`a * b + c` with one rounding, elementwise on float tiles (tiles broadcast; scalars
+    allowed; at least one operand a tile): the exact result rounded to the tiles' dtype,
+    one `fma` instruction on the GPU where `a * b + c` is two roundings."""
+    if not any(isinstance(v, Tile) for v in (a, b, c)):
+        raise VMError("tv.fma works on tiles (at least one operand a tile); for scalars "
+                      "write a * b + c")
+    return fv.tile_fma(a, b, c)
 
 
 def _unary(op: str, x: Any, py: Any) -> Any:
