@@ -73,8 +73,18 @@ def pairs_convert(src: DataType, dst: DataType) -> bool:
             and conversions.is_exact(src, dst))
 
 
+def convert_scaled(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType,
+                   exponent: int) -> ir.Value:
+    """`convert_value` of `value * 2^exponent` (a 1..8-bit src): made exactly in f32
+    (which holds every such value), multiplied there, then rounded once to dst."""
+    if not exponent:
+        return convert_value(b, value, src, dst)
+    wide = b.fmul(convert_value(b, value, src, F32), ir.Constant(ir.FloatType(), 2.0 ** exponent))
+    return convert_value(b, wide, F32, dst)
+
+
 def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: DataType,
-                   dst: DataType) -> list[ir.Value]:
+                   dst: DataType, exponent: int = 0) -> list[ir.Value]:
     """`count` low-bit codes held packed in i32 `words` (code `l` at bits `[l*b, (l+1)*b)`)
     -> `dst` values, bit-identical to `convert_value` on each code. Into f16/bf16
     (`pairs_convert`) two codes go through one `<2 x half|bfloat>` float op
@@ -82,7 +92,9 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     and `j + 16/b` of a word (16 bits apart: both in their lanes after one shift);
     otherwise consecutive codes, both in their lanes after a funnel shift, a shift and
     a merge. Either lanes word serves every pair up to `max_pair_offset` bits above its
-    start. An odd last code is converted alone."""
+    start. An odd last code is converted alone. `exponent`: the values times
+    2^exponent, in the pair's own float op where `conversions.takes_exponent`, else
+    through f32 (`convert_scaled`)."""
     from tilevm.backend.lowering.bitcast import extract_bits, from_bits  # (imports arith)
 
     bits = src.bits
@@ -90,8 +102,9 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     def code(l: int) -> ir.Value:
         return extract_bits(b, words, l * bits, bits)
 
-    if not pairs_convert(src, dst):
-        return [convert_value(b, from_bits(b, code(l), src), src, dst) for l in range(count)]
+    if not (pairs_convert(src, dst) and conversions.takes_exponent(src, dst, exponent)):
+        return [convert_scaled(b, from_bits(b, code(l), src), src, dst, exponent)
+                for l in range(count)]
     per_word = 32 // bits
     if 16 % bits == 0 and count % per_word == 0:
         # Codes j and j + 16/b of a word are 16 bits apart: after one shift of the word
@@ -132,11 +145,11 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     for first, second in pairs:
         start = max(s for s in starts if s <= first * bits)
         pair = conversions.emit_convert_pair(b, lanes[start], src, dst,
-                                             offset=first * bits - start)
+                                             offset=first * bits - start, exponent=exponent)
         out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
                                    for j in (0, 1))
     if count % 2 and out[-1] is None:
-        out[-1] = conversions.emit_convert(b, code(count - 1), src, dst)
+        out[-1] = convert_scaled(b, from_bits(b, code(count - 1), src), src, dst, exponent)
     return out  # type: ignore[return-value]
 
 

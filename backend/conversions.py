@@ -67,6 +67,8 @@ The API (every emitter takes an `llvmlite.ir.IRBuilder` positioned where to emit
   (other bits ignored) -> `<2 x half>` / `<2 x bfloat>`,
   with 32-bit integer ops on both 16-bit lanes at once (SWAR; no carry crosses a lane)
   and ONE `<2 x ...>` float op (PTX `mul.f16x2` / `sub.f16x2` / `fma.rn.bf16x2`).
+  `exponent=k` makes `value * 2^k` for a float source (`takes_exponent`): the rule's
+  multiplication by a power of two takes k too, and none is left where they cancel.
   For f32 it gives `<2 x float>` (two 32-bit lanes; the float op is one vector
   instruction in the IR, two `mul.f32` in PTX).
 * `emit_extract_code(builder, word, index, bits)`: the `index`-th b-bit code of a packed
@@ -99,7 +101,7 @@ __all__ = [
     "BFLOAT", "BFloatType", "ConversionRule", "UnsupportedConversion", "TARGETS",
     "conversion_rule", "emit_convert", "emit_convert_pair", "emit_extract_code",
     "emit_extract_field", "emit_extract_pair", "float_ir_type", "is_exact",
-    "max_pair_offset",
+    "max_pair_offset", "takes_exponent",
 ]
 
 
@@ -348,9 +350,11 @@ class _Lanes:
 
 
 def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
-               lanes: _Lanes, scalar_type: ir.Type, offset: int = 0) -> ir.Value:
+               lanes: _Lanes, scalar_type: ir.Type, offset: int = 0,
+               exponent: int = 0) -> ir.Value:
     """The rule on `code` (of `lanes.int_type`; the code at bit `offset` of each lane)
-    -> float (scalar or `<2 x ...>`)."""
+    -> float (scalar or `<2 x ...>`), times 2^exponent (float rules only: it joins the
+    rule's own power of two, `takes_exponent`)."""
     out_type = lanes.float_type(scalar_type)
     s = offset
     if rule.src.is_integer:
@@ -385,8 +389,9 @@ def _emit_rule(builder: ir.IRBuilder, code: ir.Value, rule: ConversionRule,
         x = lanes.fill_where_all_ones(builder, code, x, rule.special_mask << s,
                                       rule.special_fill)
     value = builder.bitcast(x, out_type)
-    if rule.scale_exponent:
-        value = builder.fmul(value, lanes.float_const(2.0 ** rule.scale_exponent, scalar_type))
+    if rule.scale_exponent + exponent:
+        value = builder.fmul(value, lanes.float_const(2.0 ** (rule.scale_exponent + exponent),
+                                                      scalar_type))
     return value
 
 
@@ -473,8 +478,22 @@ def max_pair_offset(src: DataType | str, dst: DataType | str) -> int:
     return 16 - b
 
 
+def takes_exponent(src: DataType | str, dst: DataType | str, exponent: int) -> bool:
+    """Whether `emit_convert_pair` makes `value * 2^exponent` (rounded once) by its own
+    float op: a float source (its rule multiplies by a power of two, which the exponent
+    joins; none when they cancel), an exact pair, and the power a value of dst."""
+    rule = conversion_rule(src, dst, allow_rounding=True)
+    if not exponent:
+        return True
+    if rule.src.is_integer or rule.via_f32 or rule.dst.bits != 16:
+        return False
+    power = rule.scale_exponent + exponent
+    lowest = rule.dst.min_exponent - rule.dst.mantissa_bits  # the smallest subnormal's
+    return lowest <= power <= rule.dst.max_exponent
+
+
 def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType | str,
-                      dst: DataType | str, *, offset: int = 0,
+                      dst: DataType | str, *, offset: int = 0, exponent: int = 0,
                       allow_rounding: bool = False) -> ir.Value:
     """Convert the two codes of an i32 (bits [offset, offset+b) and [16+offset,
     16+offset+b); other bits ignored) to `<2 x dst>`.
@@ -486,8 +505,12 @@ def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType
     a packed word serves the codes of several pairs (`arith.convert_packed`).
     f32 (or an inexact pair with `allow_rounding`, made in f32 then `fptrunc`): the
     lanes are split into `<2 x i32>` and the float op works on `<2 x float>`.
+    `exponent`: the values times 2^exponent, where `takes_exponent`.
     """
     rule = conversion_rule(src, dst, allow_rounding=allow_rounding)
+    if not takes_exponent(src, dst, exponent):
+        raise ValueError(f"{rule.src} -> {rule.dst} pairs take no exponent {exponent} "
+                         f"(see takes_exponent)")
     if not (isinstance(lanes_word.type, ir.IntType) and lanes_word.type.width == 32):
         raise TypeError(f"a pair of codes is an i32, got {lanes_word.type}")
     if offset and not (0 <= offset <= max_pair_offset(src, dst) and rule.exact):
@@ -497,7 +520,7 @@ def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType
     inner = parse("f32") if rule.via_f32 else rule.dst
     if inner.bits == 16:
         return _emit_rule(builder, lanes_word, rule, _Lanes("swar", 16), float_ir_type(inner),
-                          offset)
+                          offset, exponent)
     lanes = _Lanes("vector", 32)
     halves = builder.bitcast(lanes_word, ir.VectorType(ir.IntType(16), 2))
     value = _emit_rule(builder, builder.zext(halves, lanes.int_type), rule, lanes,

@@ -212,9 +212,9 @@ class Builder:
         return self._out(ins.View(out=out, src=src, loc=self.loc))
 
     def cast(self, src: Tensor, dtype: DataType | str, layout: Any = None,
-             name: str = "c") -> Tensor:
+             name: str = "c", exponent: int = 0) -> Tensor:
         out = self.register(dtype, src.type.static_shape, layout or src.layout, name)
-        return self._out(ins.Cast(out=out, src=src, loc=self.loc))
+        return self._out(ins.Cast(out=out, src=src, exponent=exponent, loc=self.loc))
 
     def elementwise(self, op: str, *args: Tensor | ExprLike, dtype: DataType | str | None = None,
                     layout: Any = None, name: str = "e") -> Tensor:

@@ -17,7 +17,7 @@ shows every decision next to the instruction it concerns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from tilevm.ir.errors import SourceLoc
@@ -49,6 +49,11 @@ class Lowering:
 def lowering(name: str, **params: int | bool | str) -> Lowering:
     """`Lowering(name, params)` with keyword parameters, in the order given."""
     return Lowering(name, tuple(params.items()))
+
+
+# Field metadata: the IR text leaves the field out where it has its default value (an
+# option most instructions do not use).
+OMITTED_AT_DEFAULT = {"omitted_at_default": True}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,13 +254,18 @@ class View(Instruction):
 
 @dataclass(frozen=True, kw_only=True)
 class Cast(Instruction):
-    """`out[i] = convert(src[i])` to `out`'s dtype: to a float, round to nearest even
-    (saturating for finite-only formats, like `dtypes.encode`); to an integer, round to
-    nearest even and saturate."""
+    """`out[i] = convert(src[i] * 2^exponent)` to `out`'s dtype: to a float, round to
+    nearest even (saturating for finite-only formats, like `dtypes.encode`); to an
+    integer, round to nearest even and saturate. A nonzero `exponent` takes a 1..8-bit
+    source and a float `out`: a low-bit float's conversion is a move of its fields and
+    one multiplication by a power of two (backend/conversions.py), which the exponent
+    joins, so a kernel can leave that power of two to a later, cheaper multiplication
+    (the decode kernel: its f32 group scale)."""
 
     opname: ClassVar[str] = "cast"
     out: Tensor
     src: Tensor
+    exponent: int = field(default=0, metadata=OMITTED_AT_DEFAULT)
 
 
 UNARY_TENSOR_OPS = ("neg", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "not")

@@ -130,7 +130,9 @@ def format_loc(loc: SourceLoc | None) -> str:
 def format_instruction(inst: Instruction) -> str:
     """One instruction on one line, without indentation or location."""
     args = ", ".join(f"{f.name}={format_value(getattr(inst, f.name))}"
-                     for f in fields(inst) if f.name not in ("out", "loc", "lowering"))
+                     for f in fields(inst) if f.name not in ("out", "loc", "lowering")
+                     and not (f.metadata.get("omitted_at_default")
+                              and getattr(inst, f.name) == f.default))
     if inst.lowering is not None:  # chosen by a backend pass; last, so the eye finds it
         args = f"{args}, lowering={inst.lowering}" if args else f"lowering={inst.lowering}"
     text = f"{inst.opname} {args}".rstrip()

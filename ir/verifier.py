@@ -60,7 +60,8 @@ Instructions (memory spaces: G global, S shared, R register)
   - assign: dst and src R with equal dtype and shape (and layout, when both have one);
   - view: out, src R, both with layouts, equal thread counts and equal bits per thread
     (`layout.local_size * dtype.bits`);
-  - cast: out, src R of equal shape; any dtype to any dtype;
+  - cast: out, src R of equal shape; any dtype to any dtype; a nonzero `exponent` (an
+    int) needs a 1..8-bit src and a float out;
   - elementwise: `op` in UNARY_TENSOR_OPS (1 operand), BINARY_TENSOR_OPS (2) or
     TERNARY_TENSOR_OPS (3: fma, floats only); at least
     one R tensor operand, all of one dtype; scalar operands are any expression except a
@@ -796,6 +797,11 @@ def check_cast(ctx: Context, inst: ins.Cast) -> None:
     if out.type.shape != src.type.shape:
         _fail(f"cast: out is {_shape_text(out.type.shape)} but %{src.name} is "
               f"{_shape_text(src.type.shape)}; cast keeps the shape")
+    if not isinstance(inst.exponent, int) or isinstance(inst.exponent, bool):
+        _fail(f"cast: exponent must be an int, got {_short(inst.exponent)}")
+    if inst.exponent and not (src.type.dtype.is_lowbit and out.type.dtype.is_float):
+        _fail(f"cast: an exponent ({inst.exponent}) takes a 1..8-bit source and a float out, "
+              f"got {src.type.dtype} -> {out.type.dtype}")
     ctx.define_tensor(out)
 
 

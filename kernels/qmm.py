@@ -15,7 +15,9 @@ many rows; the schedule picks the kernel and its tile sizes):
   codes ordered so a converted pair is one mma register: `storage_order`). So a `view`
   of the loaded bytes, cast, is the B operand of `dot` (no shuffle, no shared memory),
   and the 16-byte loads of a warp cover 512 contiguous bytes;
-- `cast` to f16/bf16 (two codes per f16x2 op; minus the zero points), `dot` into an f32
+- `cast` to f16/bf16 (two codes per f16x2 op; minus the zero points; a low-bit float
+  into f16 as `value * 2^-e`, with no float op, its re-bias 2^e moved to the f32 scale:
+  `rebias_exponent`), `dot` into an f32
   partial sum per scale group, which is multiplied by the group's scale row (in f32)
   and added to the accumulator `[bm, 32 * num_warps]`: the scale costs one FMA per
   output element and group instead of one multiply per weight;
@@ -51,6 +53,7 @@ from functools import cache
 import numpy as np
 
 from tilevm import dtypes
+from tilevm.backend import conversions
 from tilevm.dtypes import DataType
 from tilevm.layouts import RegisterLayout, local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
@@ -133,6 +136,11 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(unroll >= 1, f"unroll is a number of groups, got {unroll}")
         bn = ATOM * num_warps
         chunk = unroll * group_size  # rows of K per iteration of the main loop
+        # A low-bit float's conversion ends in a multiplication by 2^e (its exponent
+        # re-bias): with f16 activations the codes convert to value * 2^-e instead, with
+        # no float op, and the f32 group scale takes the 2^e (exact: the products of
+        # those f16 values stay far above f32's smallest normal; not so in bf16).
+        shift = rebias_exponent(wdtype, act)
         tv.assume(K % chunk == 0)
         tv.assume(K % ATOM == 0)
         Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
@@ -239,10 +247,11 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
                         xa, x1, x2, x3, x4 = _shift((x1, x2, x3, x4), x_at(ahead))
                     if swap_ab:
                         wt = tv.cast(tv.view(packed, wdtype, [bn, bk],
-                                             code_layout.permute((1, 0))), act, a_layout)
+                                             code_layout.permute((1, 0))), act, a_layout,
+                                     exponent=-shift)
                     else:
                         wt = tv.cast(tv.view(packed, wdtype, [bk, bn], code_layout), act,
-                                     atoms * ATOM_LAYOUT)
+                                     atoms * ATOM_LAYOUT, exponent=-shift)
                     if has_zeros:
                         wt = wt - zero
                     if x_shared:
@@ -257,7 +266,8 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
                     part = tv.dot(wt, xa, part) if swap_ab else tv.dot(xa, wt, part)
                     if x_shared:
                         tv.sync()  # every warp has read the stage before it is refilled
-                acc = tv.fma(part, tv.cast(scale, tv.f32), acc)  # one FFMA an element
+                scale = tv.cast(scale, tv.f32)
+                acc = tv.fma(part, scale * 2.0 ** shift if shift else scale, acc)
         if x_shared:
             tv.copy_async_wait(0)
         if split_k > 1:
@@ -291,6 +301,16 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
 
     qmm.name = f"qmm_{act.name}"
     return qmm
+
+
+def rebias_exponent(wdtype: DataType, act: DataType) -> int:
+    """The power of two `e` a `wdtype` code's conversion to `act` ends with, when the
+    kernel moves it to the f32 scale (`tv.cast(..., exponent=-e)` then needs no float
+    op): low-bit floats into f16; 0 otherwise."""
+    if not (wdtype.is_float and act.name == "f16"):
+        return 0
+    e = conversions.conversion_rule(wdtype, act, allow_rounding=True).scale_exponent
+    return e if conversions.takes_exponent(wdtype, act, -e) else 0
 
 
 def splitk_sizes(M: int, N: int, bm: int, num_warps: int, split_k: int) -> tuple[int, int]:

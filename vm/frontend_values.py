@@ -339,11 +339,15 @@ class Tile:
         return self.tensor
 
     # ---- conversions --------------------------------------------------------------------
-    def to(self, dtype: DataType | str, layout: Any = None) -> Tile:
-        """Convert every element to `dtype` (the `cast` instruction)."""
+    def to(self, dtype: DataType | str, layout: Any = None, exponent: int = 0) -> Tile:
+        """Convert every element to `dtype` (the `cast` instruction), times 2^exponent."""
         src = self.require_register("cast")
+        target = as_dtype(dtype)
+        if exponent and not (self.dtype.is_lowbit and target.is_float):
+            raise VMError(f"a cast with an exponent takes 1..8-bit codes into a float type, "
+                          f"got {self.dtype} -> {target}")
         ctx = current("Tile.to")
-        return Tile(ctx.builder.cast(src, as_dtype(dtype), layout))
+        return Tile(ctx.builder.cast(src, target, layout, exponent=exponent))
 
     def view(self, dtype: DataType | str, shape: Any, layout: Any) -> Tile:
         """Reinterpret the bits each thread holds (the `view` instruction)."""

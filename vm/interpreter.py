@@ -899,14 +899,16 @@ class Interpreter:
         self._set(out, decode_codes(result, out.dtype).reshape(out_layout.shape))
 
     def exec_cast(self, inst: ins.Cast) -> None:
-        """`out[i] = convert(src[i])` (RNE, saturation as `dtypes.encode`)."""
+        """`out[i] = convert(src[i] * 2^exponent)` (RNE, saturation as `dtypes.encode`;
+        the product is exact in float64 for the low-bit sources an exponent takes)."""
         src = self._reg(inst.src)
         out = inst.out
         check_register_dtype(out.dtype, str(out))
         if src.shape != out.type.static_shape:
             self._fail(f"cast keeps the shape: {inst.src} has {src.shape}, {out} has "
                        f"{out.type.static_shape}")
-        self._set(out, round_to(src, out.dtype))
+        self._set(out, round_to(np.ldexp(src, inst.exponent) if inst.exponent else src,
+                                out.dtype))
 
     def _broadcast(self, arrays: list[np.ndarray], out: Tensor, op: str) -> list[np.ndarray]:
         shape = out.type.static_shape

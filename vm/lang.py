@@ -511,13 +511,19 @@ def view(x: Any, dtype: Any, shape: Any, layout: Any) -> Tile:
     return Tile(b.view(t.tensor, dtype, shape, layout))
 
 
-def cast(x: Any, dtype: Any, layout: Any = None) -> Any:
-    """Convert a tile's elements (round to nearest even, saturating) or a scalar."""
+def cast(x: Any, dtype: Any, layout: Any = None, *, exponent: int = 0) -> Any:
+    """Convert a tile's elements (round to nearest even, saturating) or a scalar. With
+    `exponent`, 1..8-bit codes convert to `value * 2^exponent` (a float `dtype`): where
+    it cancels the power of two of a low-bit float's conversion rule, the conversion
+    needs no float operation, and the kernel applies 2^-exponent later (e.g. to a scale
+    in f32)."""
     target = fv.as_dtype(dtype, "tv.cast dtype")
     if isinstance(x, Tile):
         t = _register(x, "tv.cast")
         layout = _layout(layout, t.tensor.type.static_shape, MemorySpace.REGISTER, "tv.cast")
-        return t.to(target, layout)
+        return t.to(target, layout, exponent=fv.static_int(exponent, "tv.cast exponent"))
+    if exponent:
+        raise VMError("tv.cast exponent takes a tile of 1..8-bit codes")
     if isinstance(x, Scalar):
         return x.to(target)
     if fv.is_number(x):

@@ -17,7 +17,7 @@ from tilevm.backend.arith import (
     I32,
     build_vector,
     convert_packed,
-    convert_value,
+    convert_scaled,
     pairs_half_op,
     tile_op,
 )
@@ -45,7 +45,7 @@ def lower_assign(cg: KernelCodegen, inst: ins.Assign) -> None:
 def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     src, out = inst.src, inst.out
     if not is_packed(src.dtype):
-        cg.define(out, [convert_value(cg.b, v, src.dtype, out.dtype)
+        cg.define(out, [convert_scaled(cg.b, v, src.dtype, out.dtype, inst.exponent)
                         for v in cg.operand_values(src, out)])
         return
     if inst.lowering is None:
@@ -59,7 +59,7 @@ def lower_cast(cg: KernelCodegen, inst: ins.Cast) -> None:
     # layouts agree, else the thread's own elements reordered or broadcast
     # (`broadcast_map`; a permutation inside the thread costs nothing).
     values = convert_packed(cg.b, cg.register_words(src), cg.layout_of(src).local_size,
-                            src.dtype, out.dtype)
+                            src.dtype, out.dtype, inst.exponent)
     if src.type.shape != out.type.shape or src.layout != out.layout:
         values = [values[i] for i in cg.broadcast_map(src, out)]
     cg.define(out, values)

@@ -49,7 +49,7 @@ def lower_bit_packing(program: Program) -> Program:
             return replace(inst, lowering=ins.lowering(view_form(inst.src.dtype,
                                                                  inst.out.dtype)))
         if isinstance(inst, ins.Cast) and is_packed(inst.src.dtype):
-            if inst.src.type == inst.out.type:  # dtype, shape and layout
+            if inst.src.type == inst.out.type and not inst.exponent:  # dtype, shape, layout
                 form = ins.lowering("free")  # a copy (the frontend's snapshot of a tile)
             elif pairs_convert(inst.src.dtype, inst.out.dtype):
                 form = ins.lowering("paired_rule", bits=inst.src.dtype.bits)
