@@ -482,9 +482,9 @@ def takes_exponent(src: DataType | str, dst: DataType | str, exponent: int) -> b
     """Whether `emit_convert_pair` makes `value * 2^exponent` (rounded once) by its own
     float op: a float source (its rule multiplies by a power of two, which the exponent
     joins; none when they cancel), an exact pair, and the power a value of dst."""
-    rule = conversion_rule(src, dst, allow_rounding=True)
     if not exponent:
         return True
+    rule = conversion_rule(src, dst, allow_rounding=True)
     if rule.src.is_integer or rule.via_f32 or rule.dst.bits != 16:
         return False
     power = rule.scale_exponent + exponent
