@@ -408,4 +408,3 @@ def test_wgmma_schedules():
     assert default_schedule(4096, 12288, 4096, 128, hopper=True).wgmma
     assert default_schedule(4096, 12288, 4096, 128).staged
     assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma
-
