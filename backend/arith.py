@@ -136,14 +136,14 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     # word serves two pairs of int4 and five of int2, one window two pairs of int3.
     # (All lanes words first, then the conversions: ptxas allocated 128 registers
     # instead of 96 to the int8 decode kernel with the two interleaved.)
-    starts: list[int] = []
-    for first, _ in pairs:
-        if not starts or first * bits - starts[-1] > reach:
-            starts.append(first * bits)
-    lanes = {start: lanes_at(start) for start in starts}
-    out: list[ir.Value | None] = [None] * count
+    plan: list[tuple[int, int, int]] = []  # (first, second, start of its lanes word)
     for first, second in pairs:
-        start = max(s for s in starts if s <= first * bits)
+        if not plan or first * bits - plan[-1][2] > reach:
+            start = first * bits
+        plan.append((first, second, start))
+    lanes = {start: lanes_at(start) for start in dict.fromkeys(s for *_, s in plan)}
+    out: list[ir.Value | None] = [None] * count
+    for first, second, start in plan:
         pair = conversions.emit_convert_pair(b, lanes[start], src, dst,
                                              offset=first * bits - start, exponent=exponent)
         out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))

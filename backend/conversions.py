@@ -90,6 +90,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from dataclasses import dataclass
+from fractions import Fraction
 
 import llvmlite.ir as ir
 import numpy as np
@@ -487,9 +488,8 @@ def takes_exponent(src: DataType | str, dst: DataType | str, exponent: int) -> b
     rule = conversion_rule(src, dst, allow_rounding=True)
     if rule.src.is_integer or rule.via_f32 or rule.dst.bits != 16:
         return False
-    power = rule.scale_exponent + exponent
-    lowest = rule.dst.min_exponent - rule.dst.mantissa_bits  # the smallest subnormal's
-    return lowest <= power <= rule.dst.max_exponent
+    power = Fraction(2) ** (rule.scale_exponent + exponent)
+    return rule.dst.smallest_subnormal_exact <= power <= rule.dst.max_exact
 
 
 def emit_convert_pair(builder: ir.IRBuilder, lanes_word: ir.Value, src: DataType | str,
