@@ -21,10 +21,18 @@ round trip (no ldmatrix, no conversion of x).
   Within a warpgroup, half `h` of the 4 warps' atoms is one 64-row `wgmma`;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
-  `stages` shared buffers, `stages - 1` k-tiles ahead, one barrier per k-tile; rows past
-  M and K are zero-filled;
+  `stages` shared buffers, `lead` k-tiles ahead (1..stages-1; 0: stages - 1), one
+  barrier per k-tile; rows past M and K are zero-filled;
 - `dot(wt, xs, acc)` accumulates y^T in f32 registers (`acc_layout`: `bm` floats per
-  thread), stored transposed and masked at the end;
+  thread), stored transposed and masked at the end. Its wgmmas run while the warps
+  convert the next k-tile only if the copy after the next barrier does not refill their
+  buffer: with `lead = stages - 1` it does (k-tile t's buffer is refilled at t + 1), so
+  each barrier waits for the tensor cores; with `lead <= stages - 2` the barrier keeps
+  k-tile t's group in flight (`wgmma_waits`; each `dot` retires the group before its
+  own). Measured on an H100 (M = 4096, 20 layers and types): tensor pipe active 61% ->
+  66% (int4, 8B qkv), 0.983x the time as the best of the tuned tilings. ptxas keeps the
+  two k-tiles' A registers apart only with an even number of stages (the loop is unrolled
+  `stages` times; with an odd number it serializes every wgmma, C7513);
 - blocks take their tiles in groups of `group_m` row tiles (`grouped_tiles`), so that
   the blocks running at once share weight tiles in L2.
 
@@ -56,7 +64,7 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
                   *, wdtype: DataType = tv.int4, group_size: int = 128,
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
-                  stages: int = 3, group_m: int = 8):
+                  stages: int = 3, group_m: int = 8, lead: int = 0):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -68,6 +76,8 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                          f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
         tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
+        lead = lead or stages - 1
+        tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
         bn = ATOM * num_warps
         tv.assume(K % group_size == 0)
         tv.assume(K % ATOM == 0)
@@ -100,7 +110,7 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         # from shared memory where the weights are scaled (no global latency there).
         ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
         zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
-        for first in range(stages - 1):  # (not `s`: a runtime loop would carry it)
+        for first in range(lead):  # (not `s`: a runtime loop would carry it)
             _copy_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, m0, n0, group_size)
             tv.copy_async_commit()
         ahead = codes_at(0)
@@ -113,13 +123,14 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                 ahead = codes_at(k + bk)
                 wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
                              act, a_layout)
-                tv.copy_async_wait(stages - 2)  # this k-tile of x has landed (this
-                tv.sync()  # thread's copies) for every thread; all are done with s - 1
+                tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
+                tv.sync()  # thread's copies) for every thread; the buffer refilled next
+                # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
                 if has_zeros:
                     wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
                 wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
-                _copy_ktile(xs, ss, zs, (s + stages - 1) % stages, gxt, gs, gz,
-                            k + (stages - 1) * bk, m0, n0, group_size)
+                _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
+                            k + lead * bk, m0, n0, group_size)
                 tv.copy_async_commit()
                 acc = tv.dot(wt, xs[s], acc)
         tv.copy_async_wait(0)

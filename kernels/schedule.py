@@ -17,8 +17,9 @@ registers: decode). `staged` selects the kernel for many rows (`kernels.qmm_stag
 operand through `stages` shared-memory buffers: prefill); it takes none of `split_k`,
 `x_shared`, `prefetch`, `unroll` and `swap_ab`. `wgmma` selects the prefill kernel for
 Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
-rows, x^T through `stages` shared buffers read by wgmma; `bk` 64 or 32); it takes `bm`,
-`bk`, `num_warps` (whole warpgroups) and `stages`.
+rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
+`stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
+`stages` and `lead`.
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
@@ -33,9 +34,9 @@ from dataclasses import asdict, dataclass, replace
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped when the
-# candidates change (2: the wgmma kernel), so problems tuned over an older space are
-# tuned again instead of keeping a winner among fewer kernels.
-SPACE_VERSION = 2
+# candidates change (2: the wgmma kernel; 3: its `lead` tilings), so problems tuned over
+# an older space are tuned again instead of keeping a winner among fewer kernels.
+SPACE_VERSION = 3
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -53,6 +54,7 @@ class Schedule:
     stages: int = 2
     unroll: int = 1
     wgmma: bool = False
+    lead: int = 0
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -65,6 +67,8 @@ class Schedule:
                              f"only, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
+        if self.lead and not self.wgmma:
+            raise ValueError(f"lead is the wgmma kernel's, got {self!r}")
         if not many_rows and (self.warps_m, self.stages) != (1, 2):
             raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
 
@@ -75,9 +79,9 @@ class Schedule:
                         warps_m=self.warps_m, stages=self.stages)
         if self.wgmma:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
-                        stages=self.stages)
+                        stages=self.stages, lead=self.lead)
         table = asdict(self)
-        for name in ("staged", "warps_m", "stages", "wgmma"):
+        for name in ("staged", "warps_m", "stages", "wgmma", "lead"):
             del table[name]
         return table
 
@@ -87,7 +91,8 @@ class Schedule:
             return False
         if self.wgmma:
             return self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0 \
-                and 8 <= self.bm <= 256 and 2 <= self.stages <= 6
+                and 8 <= self.bm <= 256 and 2 <= self.stages <= 6 \
+                and 0 <= self.lead < self.stages
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
@@ -99,7 +104,8 @@ class Schedule:
 
     def __str__(self) -> str:
         if self.wgmma:
-            return f"wgmma bm={self.bm} bk={self.bk} warps={self.num_warps} stages={self.stages}"
+            return (f"wgmma bm={self.bm} bk={self.bk} warps={self.num_warps} "
+                    f"stages={self.stages}{f' lead={self.lead}' if self.lead else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -123,16 +129,24 @@ def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Sched
     return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
-# The Hopper kernel's tilings worth timing (bm, num_warps, stages), from H100 sweeps at
-# M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and gate_up): one warpgroup of 128 rows
-# with 2 stages was best (fewest registers: 128 accumulators per thread), 3 stages or
-# two warpgroups within 5-15% and best on some layers; 64- and 96-row tiles lost 10-30%.
-WGMMA_TILES = ((128, 4, 2), (128, 4, 3), (128, 8, 4))
+# The Hopper kernel's tilings worth timing (bm, num_warps, stages, lead), from H100
+# sweeps at M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and the 70B layers): 128 rows
+# (128 accumulators per thread; 64- and 96-row tiles lost 10-30%, and 64 rows with
+# three blocks an SM, 168 registers, took 1.17-1.48x the time); x copied one k-tile
+# ahead into 2 stages (the wgmmas wait at each barrier) or one or two ahead into 4,
+# which keeps a k-tile's wgmmas running while the next is converted (each the best on
+# some layers; 0.983x the time of the earlier three tilings,
+# bench/results/qmm_h100_prefill_wgmma_overlap/); 3 stages, or 4 with two warpgroups
+# and the barrier waiting, won no case there.
+WGMMA_TILES = ((128, 4, 2, 0), (128, 4, 4, 1), (128, 4, 4, 2), (128, 8, 4, 1),
+               (128, 8, 4, 2))
 
 
-def wgmma(bm: int, num_warps: int, stages: int, group_size: int) -> Schedule:
+def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0
+          ) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`)."""
-    return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages)
+    return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
+                    lead=lead)
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -156,7 +170,8 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
     bk = k_tile(group_size)
     found = []
     if M > 64 and hopper:
-        found += [s for s in (wgmma(*t, group_size) for t in WGMMA_TILES)
+        found += [s for s in (wgmma(bm, warps, stages, group_size, lead)
+                              for bm, warps, stages, lead in WGMMA_TILES)
                   if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
@@ -219,7 +234,8 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        tile = wgmma(*WGMMA_TILES[0], group_size)
+        bm, warps, stages, lead = WGMMA_TILES[0]
+        tile = wgmma(bm, warps, stages, group_size, lead)
         if tile.fits(K, group_size):
             return tile
     if M >= STAGED_FROM:

@@ -155,6 +155,10 @@ def _tolerance(x, qw, ref) -> float:
     ("int4", False, wgmma(32, 4, 2, 128), 40, 200),  # wgmma: ragged M and N
     ("uint3", True, wgmma(16, 4, 3, 64), 17, 64),  # 64-byte rows of x (bk = 32)
     ("f6e3m2", False, wgmma(8, 8, 5, 128), 9, 264),  # two warpgroups, K = 512 in 5s
+    # x two k-tiles ahead of four stages (the wgmmas of one k-tile in flight across the
+    # next barrier), and one ahead of three with zero points
+    ("int3", False, wgmma(32, 4, 4, 64, lead=2), 40, 96),
+    ("uint4", True, wgmma(16, 8, 3, 128, lead=1), 17, 264),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -326,7 +330,8 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=2),
                                staged(128, 64, 8, 2, 2), staged(64, 32, 4, 1, 4),
                                staged(48, 32, 3, 3, 5), wgmma(128, 4, 2, 128),
-                               wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32)])
+                               wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32),
+                               wgmma(128, 4, 4, 128, lead=2), wgmma(64, 8, 4, 64, lead=1)])
 def test_gpu_schedules_and_zero_points(s):
     import torch
 
@@ -390,8 +395,12 @@ def test_vmc_compiles_the_library_kernel(tmp_path, capsys):
 
 def test_wgmma_schedules():
     s = wgmma(128, 4, 2, 128)
-    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2}
+    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2, "lead": 0}
     assert str(s) == "wgmma bm=128 bk=64 warps=4 stages=2"
+    assert str(wgmma(128, 4, 4, 128, lead=2)) == "wgmma bm=128 bk=64 warps=4 stages=4 lead=2"
+    assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
+    with pytest.raises(ValueError, match="lead is the wgmma kernel's"):
+        Schedule(bm=16, lead=1)
     assert wgmma(128, 4, 2, 32).bk == 32 and wgmma(128, 4, 2, 32).fits(4096, 32)
     assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
     assert not Schedule(264, 64, 4, wgmma=True, stages=2).fits(4096, 128)  # wgmma's N

@@ -116,16 +116,27 @@ def _waits(ptx: str) -> list[str]:
     return re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+);", ptx)
 
 
-@pytest.mark.parametrize("stages, lead, keep", [(3, 2, "0"), (3, 1, "1"), (4, 1, "2"),
-                                                (4, 2, "1")])
-def test_a_barrier_waits_only_for_the_groups_whose_tile_is_refilled_next(stages, lead,
-                                                                        keep):
+@pytest.mark.parametrize("stages, lead", [(3, 2), (3, 1), (4, 1), (4, 2), (4, 3)])
+def test_a_barrier_waits_only_for_the_groups_whose_tile_is_refilled_next(stages, lead):
     """Copies `lead` k-tiles ahead into a ring of `stages` tiles: the copy after each
-    barrier refills the tile of k-tile `t + lead - stages`, so the barrier retires that
-    group and keeps the `stages - lead - 1` newer ones in flight (`wgmma_waits`)."""
+    barrier refills the tile of k-tile `t + lead - stages`. With `lead = stages - 1`
+    that is the tile of the previous k-tile's group, so the barrier retires it (wait 0);
+    with less, the barrier does not wait and the previous k-tile's group runs on while
+    the next is prepared, each `dot` retiring the groups before its own (wait 1: one
+    group at a time holds its A registers, `wgmma_waits.IN_FLIGHT_AFTER_DOT`)."""
+    program = run_passes(k.ring_matmul.specialize(stages=stages, lead=lead), arch="sm_90a")
+    insts = instructions(program.body)
+    tiles = [i.out.name for i in insts if isinstance(i, ins.AllocShared)]
+    waits = analyze(program.body, {t: (8192 * j, 8192 * (j + 1)) for j, t in enumerate(tiles)})
+    syncs = [i for i in insts if isinstance(i, ins.Sync)]
+    dots = [i for i in insts if isinstance(i, ins.Dot)]
+    assert len(syncs) == len(dots) == stages  # the loop's k-tiles
+    refills_previous = lead == stages - 1
+    assert [waits.keep.get(id(i)) for i in syncs] == [0 if refills_previous else None] * stages
+    assert [waits.keep_after.get(id(i)) for i in dots] == \
+        [None if refills_previous else 1] * stages
     ptx = compile_program(k.ring_matmul.specialize(stages=stages, lead=lead), "sm_90a").ptx
-    waits = _waits(ptx)  # the loop's first: no group is in flight before it
-    assert waits[:stages] == [keep] * stages and set(waits[stages:]) == {"0"}
+    assert ("wgmma.wait_group.sync.aligned 1;" in ptx) == (not refills_previous)
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -159,6 +170,25 @@ def test_a_zero_accumulator_is_a_scale_d_flag_not_registers():
     qmm = qmm_wgmma_kernel("f16").specialize(wdtype=tv.int4, group_size=128, bm=128,
                                              stages=2)
     assert "C7515" not in check_ptx(compile_program(qmm, "sm_90a").ptx, "sm_90a").log
+
+
+@pytest.mark.parametrize("wdtype", ["int4", "f6e3m2"])
+def test_the_quantized_kernel_converts_a_k_tile_while_the_previous_one_multiplies(wdtype):
+    """The prefill kernel with x two k-tiles ahead in four stages: each k-tile's wgmmas
+    stay in flight across the next barrier (the `dot` after it retires them: wait 1, no
+    wait 0 in the loop), and ptxas keeps them asynchronous (no C7513/C7515: it does not
+    serialize the wgmmas, which it does where registers of a group in flight are
+    redefined; two groups' A registers fit beside 128 accumulators)."""
+    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+
+    qmm = qmm_wgmma_kernel("f16").specialize(wdtype=getattr(tv, wdtype), group_size=128,
+                                             bm=128, stages=4, lead=2)
+    ptx = compile_program(qmm, "sm_90a").ptx
+    waits = _waits(ptx)
+    assert waits.count("1") == 4 and waits.count("0") == 2, waits  # loop; after it
+    report = check_ptx(ptx, "sm_90a")
+    assert "C7513" not in report.log and "C7515" not in report.log
+    assert report[qmm.name].spill_bytes == 0
 
 
 def test_a_shared_b_the_tensor_cores_cannot_read_is_reported():

@@ -197,6 +197,9 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
             d = [bld.extract_value(res, i) for i in range(regs)]
         acc[4 * base:4 * base + regs] = d
     _pass_through(cg, "wgmma.commit_group.sync.aligned;", [])
+    keep = cg.wgmma.waits.keep_after.get(id(inst))
+    if keep is not None:  # (older groups retired: see wgmma_waits.IN_FLIGHT_AFTER_DOT)
+        _pass_through(cg, _wait(keep), [])
     cg.define(out, acc)  # in flight until `InFlight` waits (out is f32, as c)
 
 

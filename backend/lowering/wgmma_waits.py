@@ -42,6 +42,12 @@ from tilevm.ir.types import MemorySpace
 
 _DEPTH = 4  # pending groups tracked by name (wgmma.wait_group takes 0..7)
 _ANY = ""  # a group whose tile is unknown: overlaps every tile
+# Groups left in flight once a `dot` has committed its own: the older ones are retired
+# there. Each group in flight pins the registers of its A operand (and ptxas, where the
+# code after a `dot` needs registers that the groups in flight still hold, serializes
+# every wgmma of the kernel, C7513); one keeps the tensor cores busy, as the next `dot`
+# queues behind it.
+IN_FLIGHT_AFTER_DOT = 1
 
 # May run while groups are in flight: they neither write nor order shared memory.
 # (Reads of in-flight accumulator registers are the lowering's concern: `InFlight.read`.)
@@ -68,6 +74,7 @@ def shared_written(inst: ins.Instruction) -> str | None:
 @dataclass(frozen=True)
 class WgmmaWaits:
     keep: dict[int, int]
+    keep_after: dict[int, int]  # after a wgmma `dot` (its group committed)
     settled: dict[int, bool]
     keep_at_end: int | None  # before the kernel returns (None: nothing can be in flight)
 
@@ -82,6 +89,7 @@ class _Analysis:
     def __init__(self, ranges: dict[str, tuple[int, int]]) -> None:
         self.ranges = ranges
         self.keep: dict[int, int] = {}
+        self.keep_after: dict[int, int] = {}
         self.settled: dict[int, bool] = {}
         self.written_after: dict[int, frozenset[str]] = {}  # per sync
 
@@ -90,7 +98,7 @@ class _Analysis:
         dataflow.walk(body, frozenset(), self._written_before_sync, union, backward=True)
         end = dataflow.walk(body, frozenset({()}), self._instruction, union)
         keep_end = None if end == {()} else 0
-        return WgmmaWaits(self.keep, self.settled, keep_end)
+        return WgmmaWaits(self.keep, self.keep_after, self.settled, keep_end)
 
     def _written_before_sync(self, inst: ins.Instruction,
                              after: frozenset[str]) -> frozenset[str]:
@@ -123,6 +131,11 @@ class _Analysis:
         self.settled[key] = state == {()}
         if is_wgmma(inst):
             state = frozenset(_push(p, inst.b.name) for p in state)
+            if max(len(p) for p in state) > IN_FLIGHT_AFTER_DOT:
+                self.keep_after[key] = IN_FLIGHT_AFTER_DOT
+                state = frozenset(p[-IN_FLIGHT_AFTER_DOT:] for p in state)
+            else:
+                self.keep_after.pop(key, None)
         return state
 
     def _keep(self, state: Iterable[Pending], written: Iterable[str]) -> int:
