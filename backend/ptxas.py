@@ -324,7 +324,10 @@ def parse_report(log: str, arch: str, ptxas: str = "") -> ResourceReport:
                 if m:
                     d[key] = int(m.group(1))
             continue
-        if line.startswith("ptxas warning"):
+        if line.startswith("ptxas warning") or (
+                line.startswith("ptxas info") and "Performance Loss" in line):
+            # (the info lines are ptxas's performance advisories, e.g. C7513: every wgmma
+            # of a kernel serialized; reported like warnings, the PTX is still valid)
             warnings.append(line.split(":", 1)[1].strip() if ":" in line else line)
     kernels = {name: KernelResources(name, True, **props.get(name, {}), **used.get(name, {}))
                for name in entries}

@@ -178,6 +178,25 @@ ptxas info    : Function properties for helper
         r["nope"]
 
 
+def test_performance_advisories_are_reported_as_warnings() -> None:
+    """ptxas's "Potential Performance Loss" info lines (here: every wgmma of a kernel
+    serialized) reach the report's warnings, so `vmc compile --check` shows them."""
+    log = """\
+ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are \
+serialized due to non wgmma instructions defining input registers of a wgmma between \
+start and end of the pipeline stage in the function 'k'
+ptxas info    : Compiling entry function 'k' for 'sm_90a'
+ptxas info    : Used 200 registers, used 1 barriers
+ptxas info    : Compile time = 6.013 ms
+"""
+    r = parse_report(log, "sm_90a")
+    assert r.warnings == ("(C7513) Potential Performance Loss: wgmma.mma_async "
+                          "instructions are serialized due to non wgmma instructions "
+                          "defining input registers of a wgmma between start and end of "
+                          "the pipeline stage in the function 'k'",)
+    assert "warning: (C7513)" in str(r) and r["k"].registers == 200
+
+
 # ---- finding ptxas ----------------------------------------------------------------------------
 
 def _fake_exe(path: str) -> str:
