@@ -320,10 +320,11 @@ class Reduce(Instruction):
 @dataclass(frozen=True, kw_only=True)
 class Dot(Instruction):
     """`out = a @ b + c` for a[m, k], b[k, n], c[m, n]: products and sums in f32 (exact
-    products of the inputs), the result rounded once to `out`'s dtype. `a` and `c` are
-    register tiles; `b` is a register tile or a whole shared tile, which the tensor cores
-    read in place (its contents as of this instruction: the writes before it need a `sync`
-    between, as for any shared read by other threads)."""
+    products of the inputs), the result rounded once to `out`'s dtype. `c` is a register
+    tile; `b` is a register tile or a whole shared tile, which the tensor cores read in
+    place (its contents as of this instruction: the writes before it need a `sync`
+    between, as for any shared read by other threads); `a` is a register tile, or a whole
+    shared tile (read the same way) when `b` is one."""
 
     opname: ClassVar[str] = "dot"
     out: Tensor

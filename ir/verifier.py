@@ -911,8 +911,8 @@ def check_reduce(ctx: Context, inst: ins.Reduce) -> None:
 
 
 def check_dot(ctx: Context, inst: ins.Dot) -> None:
-    a = use(ctx, inst.a, "a", (R,))
     b = use(ctx, inst.b, "b", (R, S))  # shared: read by the tensor cores in place
+    a = use(ctx, inst.a, "a", (R, S) if b.type.space is S else (R,))  # (shared: both are)
     c = use(ctx, inst.c, "c", (R,))
     out = define(ctx, inst, R)
     for name, t in (("a", a), ("b", b), ("c", c)):

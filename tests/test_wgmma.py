@@ -21,7 +21,7 @@ from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
-from tilevm.layouts.shared_layout import row_major
+from tilevm.layouts.shared_layout import row_major, swizzled
 from tilevm.vm import lang as tv
 
 k = load_module(Path(__file__).resolve().parent / "kernels" / "wgmma_kernels.py")
@@ -56,6 +56,79 @@ def test_a_ring_of_tiles_matches_numpy_in_the_interpreter(kw):
     np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
 
 
+SHARED_A = [dict(), dict(bm=128), dict(bm=128, num_warps=8), dict(bk=32, bn=256),
+            dict(bm=256, num_warps=8, bn=128)]
+
+
+@pytest.mark.parametrize("kw", SHARED_A[:3])
+def test_a_shared_a_matches_numpy_in_the_interpreter(kw):
+    a, bt, y, ref = _args(70, 72, 128)
+    k.shared_ab_matmul.interpret(a, bt, y, 70, 72, 128, **kw)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw, rows", [(dict(), 1), (dict(bm=128), 2),
+                                       (dict(bm=128, num_warps=8), 1),
+                                       (dict(bm=256, num_warps=8), 2)])
+def test_a_shared_a_is_read_through_its_own_descriptor(kw, rows):
+    """With a in shared memory each wgmma takes two descriptors (`m64nNk16` with a
+    64-bit a operand); a warpgroup's wgmmas read their own 64-row blocks of a (the rows
+    after the first picked by the warpgroup index when there are two)."""
+    ptx = compile_program(k.shared_ab_matmul.specialize(**kw), "sm_90a").ptx
+    calls = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 "
+                       r"\{[^}]*\}, (%rd\d+), (%rd\d+), p, 1, 1, 0, 0;", ptx)
+    assert len(calls) == rows * 4  # (64-row blocks a warpgroup computes) x k-steps
+    assert len({a for a, _ in calls}) == len(calls)  # every (row block, k-step) its own
+    assert len({b for _, b in calls}) == 4  # b's k-steps
+    assert "C7513" not in check_ptx(ptx, "sm_90a").log
+
+
+def test_a_shared_a_the_tensor_cores_cannot_read_is_reported():
+    @tv.kernel(num_warps=4)
+    def m_major(y: tv.ptr(tv.f32)):
+        as_ = tv.alloc_shared(tv.f16, [64, 64], layout=swizzled([64, 64], tv.f16)
+                              .permute((1, 0)))
+        bs = tv.alloc_shared(tv.f16, [64, 64],
+                             layout=swizzled([64, 64], tv.f16).permute((1, 0)))
+        tv.store_shared(as_, tv.zeros([64, 64], tv.f16))
+        tv.store_shared(bs, tv.zeros([64, 64], tv.f16))
+        tv.sync()
+        tv.store_global(tv.global_view(y, [64, 64]), tv.dot(as_, bs), [0, 0])
+
+    with pytest.raises(VMError, match=r"dot with a shared a \[64, 64\]: a's layout .* is "
+                       r"not one the tensor cores read.*swizzled\(\[64, K\], dtype\)`"):
+        compile_program(m_major.specialize(), "sm_90a")
+
+
+@pytest.mark.parametrize("refill_a", [True, False])
+def test_a_write_into_a_shared_a_in_flight_waits_for_it(refill_a):
+    """The wait analysis counts a shared a among the tiles a group reads: the barrier
+    before refilling the a tile retires the group that reads it; refilling another tile
+    lets it run on."""
+    @tv.kernel(num_warps=4)
+    def refill(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f32)):
+        v = tv.load_global(tv.global_view(x, [64, 64]), [0, 0], [64, 64])
+        as_ = tv.alloc_shared(tv.f16, [64, 64], layout=swizzled([64, 64], tv.f16))
+        bs = tv.alloc_shared(tv.f16, [64, 64],
+                             layout=swizzled([64, 64], tv.f16).permute((1, 0)))
+        other = tv.alloc_shared(tv.f16, [64, 64])
+        tv.store_shared(as_, v)
+        tv.store_shared(bs, v)
+        tv.sync()
+        acc = tv.dot(as_, bs, tv.zeros([64, 64], tv.f32))
+        tv.sync()
+        tv.store_shared(as_ if refill_a else other, v)
+        tv.sync()
+        tv.store_global(tv.global_view(y, [64, 64]), tv.dot(as_, bs, acc), [0, 0])
+
+    program = run_passes(refill.specialize(), arch="sm_90a")
+    insts = instructions(program.body)
+    tiles = [i.out.name for i in insts if isinstance(i, ins.AllocShared)]
+    waits = analyze(program.body, {t: (8192 * j, 8192 * (j + 1)) for j, t in enumerate(tiles)})
+    syncs = [i for i in insts if isinstance(i, ins.Sync)]
+    assert waits.keep.get(id(syncs[1])) == (0 if refill_a else None)
+
+
 def test_text_form_reads_back():
     program = k.shared_b_matmul.specialize()
     text = format_program(program)
@@ -70,7 +143,8 @@ def test_a_shared_a_is_rejected_at_the_users_line():
         s = tv.alloc_shared(tv.f16, [64, 16])
         tv.dot(s, tv.zeros([16, 8], tv.f16))
 
-    with pytest.raises(VMError, match="tv.dot a needs a register tile, but .* shared") as err:
+    with pytest.raises(VMError, match=r"tv.dot a \(with a register b\) needs a register "
+                       "tile, but .* shared") as err:
         shared_a.specialize()
     assert "tv.dot(s, " in str(err.value)
 
@@ -205,7 +279,7 @@ def test_a_shared_b_the_tensor_cores_cannot_read_is_reported():
 
 
 GPU_CASES = [("shared_b_matmul", kw) for kw in VARIANTS] + \
-    [("ring_matmul", kw) for kw in RINGS]
+    [("ring_matmul", kw) for kw in RINGS] + [("shared_ab_matmul", kw) for kw in SHARED_A]
 
 
 @pytest.mark.gpu

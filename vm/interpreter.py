@@ -966,9 +966,9 @@ class Interpreter:
 
     def exec_dot(self, inst: ins.Dot) -> None:
         """`out = a @ b + c` with float32 accumulation (see the module docstring)."""
-        a, c = self._reg(inst.a), self._reg(inst.c)
-        b = self._reg(inst.b) if inst.b.space is MemorySpace.REGISTER else \
-            self._read_whole_shared(inst.b)
+        a, b = (self._reg(t) if t.space is MemorySpace.REGISTER else
+                self._read_whole_shared(t) for t in (inst.a, inst.b))
+        c = self._reg(inst.c)
         out = inst.out
         check_register_dtype(out.dtype, str(out))
         if a.ndim != 2 or b.ndim != 2 or c.ndim != 2 or a.shape[1] != b.shape[0] or \

@@ -565,10 +565,16 @@ def dot(a: Any, b: Any, c: Any = None, *, layout: Any = None) -> Tile:
     """`a @ b + c` (c defaults to f32 zeros): products and sums in f32.
 
     `b` may be a whole shared tile instead of a register tile: the tensor cores then read
-    it from shared memory themselves (`wgmma` on sm_90a; see docs/language.md)."""
+    it from shared memory themselves (`wgmma` on sm_90a; see docs/language.md), and so
+    may `a` when `b` is one."""
     builder = _builder("tv.dot")
-    ta = _register(a, "tv.dot a")
-    if isinstance(b, Tile) and b.space is MemorySpace.SHARED:
+    shared_b = isinstance(b, Tile) and b.space is MemorySpace.SHARED
+    if shared_b and isinstance(a, Tile) and a.space is MemorySpace.SHARED:
+        ta = a
+    else:  # (a shared a needs a shared b: the tensor cores read both, or neither)
+        ta = _register(a, "tv.dot a (with a register b)" if isinstance(a, Tile) and
+                       a.space is MemorySpace.SHARED else "tv.dot a")
+    if shared_b:
         tb = b
     else:
         tb = _register(b, "tv.dot b (a register or shared tile)")

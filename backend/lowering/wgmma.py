@@ -1,6 +1,6 @@
 """Lowering of `dot` whose b operand is a shared tile: Hopper's warpgroup MMA,
-`wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}` with A from registers and B read
-from shared memory through a matrix descriptor (sm_90a).
+`wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}` with A from registers (or from
+shared memory too) and B read from shared memory through a matrix descriptor (sm_90a).
 
 A warpgroup is 4 consecutive warps (threads `128 g .. 128 g + 127`). One `wgmma` computes
 a 64 x N tile: warp `q` of the group supplies rows `16 q .. 16 q + 15` of A as an
@@ -24,6 +24,14 @@ bits). The descriptor of k-step `kk` starts at the tile's address plus `32 kk` b
 swizzle's period, which `plan_shared_memory` guarantees); its stride byte offset is the
 distance between groups of 8 columns, `8 R` (the leading byte offset is unused by
 swizzled K-major layouts).
+
+A shared a is the whole tile [M, K], K-major the other way round: `strides == (K, 1)`
+(its rows of K contiguous), the swizzle of `swizzled([M, K], dtype)`; each wgmma reads
+64 consecutive rows of it through its own descriptor (the tile's address plus the first
+row's bytes plus `32 kk`), D row `16 q + r` being a's row `first + 16 q + r`. So warp q
+of a warpgroup must hold, as its s-th row of C fragments, fragment row `i_s + q`
+(`infer_layouts.wgmma_layouts(shared_a=True)` interleaves the warps' rows so); the first
+rows differ between warpgroups and are selected by the warpgroup index at run time.
 
 Order, per `dot`: `wgmma.fence` (the accumulator and A registers are passed through it,
 so their definitions precede it), the `wgmma`s (each k-step of each row; the group's
@@ -71,7 +79,7 @@ from tilevm.ir import instructions as ins
 from tilevm.ir.expr import Const
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import instructions
-from tilevm.ir.types import Tensor
+from tilevm.ir.types import MemorySpace, Tensor
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, ldmatrix_swizzle
 
@@ -130,18 +138,21 @@ def _plan(cg: KernelCodegen, xa, xc, n_frags: int, k_steps: int
 
 
 def _descriptor_bits(cg: KernelCodegen, layout: SharedLayout, k: int, n: int,
-                     elem_bytes: int) -> int:
-    """The B tile descriptor's constant bits (leading and stride byte offsets, swizzle
-    mode); raises unless the layout is a K-major wgmma layout."""
+                     elem_bytes: int, operand: str = "b") -> int:
+    """A tile descriptor's constant bits (leading and stride byte offsets, swizzle mode);
+    raises unless the layout is a K-major wgmma layout: b [k, n] with its n columns of k
+    contiguous elements, a [n, k] (`operand` "a") with its n rows of them."""
     row = k * elem_bytes
     mode = _SWIZZLE_MODE.get(row)
     wanted = ldmatrix_swizzle(row, 8 * elem_bytes)
-    if layout.strides != (1, k) or mode is None or layout.swizzle != wanted:
+    strides, shape, asked = ((1, k), f"[{k}, {n}]", f"swizzled([{n}, K], dtype).permute((1, 0))") \
+        if operand == "b" else ((k, 1), f"[{n}, {k}]", f"swizzled([{n}, K], dtype)")
+    if layout.strides != strides or mode is None or layout.swizzle != wanted:
         raise cg.fail(
-            f"dot with a shared b [{k}, {n}]: b's layout {layout} is not one the tensor "
-            f"cores read; they read K-major tiles of 32, 64 or 128-byte columns, the "
-            f"layout `swizzled([{n}, K], dtype).permute((1, 0))` with K = "
-            f"{32 // elem_bytes}, {64 // elem_bytes} or {128 // elem_bytes}")
+            f"dot with a shared {operand} {shape}: {operand}'s layout {layout} is not one "
+            f"the tensor cores read; they read K-major tiles of 32, 64 or 128-byte rows "
+            f"of K, the layout `{asked}` with K = {32 // elem_bytes}, {64 // elem_bytes} "
+            f"or {128 // elem_bytes}")
     sbo = 8 * row  # bytes from one group of 8 columns (N) to the next
     return (1 << 16) | ((sbo >> 4) << 32) | (mode << 62)
 
@@ -159,40 +170,49 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     if cg.program.num_threads % (32 * WARPGROUP_WARPS):
         raise cg.fail("dot with a shared b runs on whole warpgroups (a multiple of 128 "
                       f"threads); the block has {cg.program.num_threads}")
-    la, lc = cg.layout_of(a), cg.layout_of(c)
+    lc = cg.layout_of(c)
     if cg.layout_of(out) != lc:
         raise cg.fail(f"dot: out has layout {cg.layout_of(out)} but c has {lc}; layout "
                       "conversion not supported yet")
-    xa = split_fragments(cg, f"a %{a.name}", la, mma_m16n8k16_a(), None)
     xc = split_fragments(cg, f"c %{c.name}", lc, mma_m16n8k16_c(), None)
     n_frags, k_steps = n // 8, k // 16
-    plan = _plan(cg, xa, xc, n_frags, k_steps)  # (rows a warp holds twice: computed twice)
-
-    alloc, layout = allocation(cg, b)
     elem = dtype.bits // 8
-    upper = _descriptor_bits(cg, layout, k, n, elem)
     bld = cg.b
-    start = bld.add(bld.ptrtoint(shared_base(cg), I32), ir.Constant(I32, alloc.offset))
-
-    def descriptor(kk: int) -> ir.Value:
-        addr = bld.add(start, ir.Constant(I32, 32 * kk))  # k16 = 32 bytes into the rows
-        field = bld.and_(bld.lshr(addr, ir.Constant(I32, 4)), ir.Constant(I32, 0x3FFF))
-        return bld.or_(bld.zext(field, I64), ir.Constant(I64, upper))
-
-    a_words = operand_registers(cg, a)
+    b_start = _tile_start(cg, b)
+    b_upper = _descriptor_bits(cg, allocation(cg, b)[1], k, n, elem)
+    b_descriptors = [_descriptor(cg, bld.add(b_start, ir.Constant(I32, 32 * kk)), b_upper)
+                     for kk in range(k_steps)]  # k16 = 32 bytes into the columns
+    shared_a = a.space is MemorySpace.SHARED
+    if shared_a:
+        rows = _shared_a_rows(cg, xc, n_frags)
+        a_words: list[ir.Value] = []
+    else:
+        xa = split_fragments(cg, f"a %{a.name}", cg.layout_of(a), mma_m16n8k16_a(), None)
+        plan = _plan(cg, xa, xc, n_frags, k_steps)  # (rows held twice: computed twice)
+        a_words = operand_registers(cg, a)
     acc = [convert_value(bld, v, c.dtype, _F32) for v in cg.register_values(c)]
     # The fence takes every register the wgmmas read, so their writes come before it.
     pinned = _pass_through(cg, "wgmma.fence.sync.aligned;", [*a_words, *acc])
     a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]
     regs = n // 2  # f32 accumulators per thread of one m64nN tile
-    mma = _wgmma_asm(n, dtype.name, regs)
+    mma = _wgmma_asm(n, dtype.name, regs, shared_a)
     scale_d = cg.wgmma.scale_d(cg, c)  # 0 while c is a zero tile (see InFlight)
     one = ir.Constant(I32, 1)  # (a row's later k-steps add to its first)
-    descriptors = [descriptor(kk) for kk in range(k_steps)]
+    if shared_a:  # each wgmma: its warpgroup's 64 rows of a, from the descriptor
+        a_start = _tile_start(cg, a)
+        a_upper = _descriptor_bits(cg, allocation(cg, a)[1], k, a.type.static_shape[0],
+                                   elem, "a")
+        row_bytes = k * elem
+        plan = []
+        for base, row in rows:
+            first = bld.add(a_start, bld.mul(row, ir.Constant(I32, row_bytes)))
+            plan.append((base, [_descriptor(cg, bld.add(first, ir.Constant(I32, 32 * kk)),
+                                            a_upper) for kk in range(k_steps)]))
     for base, steps in plan:
         d = acc[4 * base:4 * base + regs]
-        for kk, a_local in enumerate(steps):
-            res = bld.call(mma, [*a_words[4 * a_local:4 * a_local + 4], descriptors[kk],
+        for kk, step in enumerate(steps):
+            a_operand = [step] if shared_a else a_words[4 * step:4 * step + 4]
+            res = bld.call(mma, [*a_operand, b_descriptors[kk],
                                  scale_d if kk == 0 else one, *d])
             d = [bld.extract_value(res, i) for i in range(regs)]
         acc[4 * base:4 * base + regs] = d
@@ -203,18 +223,74 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     cg.define(out, acc)  # in flight until `InFlight` waits (out is f32, as c)
 
 
-def _wgmma_asm(n: int, src: str, regs: int) -> ir.InlineAsm:
-    """`d = A @ B + d` (scale-d from an operand: 1 adds), A in 4 registers, B a descriptor.
-    Operands: d out (0 .. regs-1), a (4), descriptor, scale-d, d in (tied)."""
+def _tile_start(cg: KernelCodegen, t: Tensor) -> ir.Value:
+    """The shared-memory address (i32) of tile `t`."""
+    bld = cg.b
+    offset = allocation(cg, t)[0].offset
+    return bld.add(bld.ptrtoint(shared_base(cg), I32), ir.Constant(I32, offset))
+
+
+def _descriptor(cg: KernelCodegen, addr: ir.Value, upper: int) -> ir.Value:
+    """A matrix descriptor: the start address `addr` (bytes, i32) >> 4 in bits 0-13, and
+    the constant bits `upper` (`_descriptor_bits`)."""
+    bld = cg.b
+    field = bld.and_(bld.lshr(addr, ir.Constant(I32, 4)), ir.Constant(I32, 0x3FFF))
+    return bld.or_(bld.zext(field, I64), ir.Constant(I64, upper))
+
+
+def _shared_a_rows(cg: KernelCodegen, xc, n_frags: int) -> list[tuple[int, ir.Value]]:
+    """(C base local index, first row of a) per wgmma, with a in shared memory: the
+    wgmma's D rows `16 q + r` are rows `row + 16 q + r` of a, so warp `q` of each
+    warpgroup must hold, as its `s`-th row of C fragments, fragment row `i_s + q` (`i_s`
+    that of the group's first warp). The rows differ between warpgroups: selected by the
+    warpgroup index at run time."""
+    tables = xc.table()
+    num_warps = xc.num_threads  # (the fragments' quotient layout: its threads are warps)
+    bases = same_in_every_warp(cg, num_warps,
+                               lambda w: [base for base, _ in _rows(cg, tables[w], n_frags)])
+    firsts = []  # per warpgroup: the first fragment row of each wgmma
+    for g in range(num_warps // WARPGROUP_WARPS):
+        ranks = [[i for _, i in _rows(cg, tables[WARPGROUP_WARPS * g + q], n_frags)]
+                 for q in range(WARPGROUP_WARPS)]
+        for s in range(len(bases)):
+            if [ranks[q][s] for q in range(WARPGROUP_WARPS)] != \
+                    [ranks[0][s] + q for q in range(WARPGROUP_WARPS)]:
+                raise cg.fail(
+                    "dot with a shared a: each wgmma reads 64 consecutive rows of a, so "
+                    "the 4 warps of a warpgroup must hold consecutive 16-row blocks of c "
+                    f"as their rows {s}; warpgroup {g} holds fragment rows "
+                    f"{[ranks[q][s] for q in range(WARPGROUP_WARPS)]}")
+        firsts.append([ranks[0][s] for s in range(len(bases))])
+    bld = cg.b
+    group = bld.udiv(cg.tid, ir.Constant(I32, 32 * WARPGROUP_WARPS))
+    rows = []
+    for s, base in enumerate(bases):
+        row: ir.Value = ir.Constant(I32, 16 * firsts[0][s])
+        for g in range(1, len(firsts)):
+            if firsts[g][s] != firsts[0][s]:
+                row = bld.select(bld.icmp_unsigned("==", group, ir.Constant(I32, g)),
+                                 ir.Constant(I32, 16 * firsts[g][s]), row)
+        rows.append((base, row))
+    return rows
+
+
+def _wgmma_asm(n: int, src: str, regs: int, shared_a: bool) -> ir.InlineAsm:
+    """`d = A @ B + d` (scale-d from an operand: 1 adds), A in 4 registers or a
+    descriptor (`shared_a`), B a descriptor. Operands: d out (0 .. regs-1), a (4
+    registers or one descriptor), b's descriptor, scale-d, d in (tied)."""
+    n_a = 1 if shared_a else 4
     d = ", ".join(f"${i}" for i in range(regs))
-    a = ", ".join(f"${regs + i}" for i in range(4))
-    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(regs + 5) + ", 0; "
+    a = f"${regs}" if shared_a else "{" + ", ".join(f"${regs + i}" for i in range(4)) + "}"
+    # scale-a, scale-b 1; a (when a descriptor) and b not transposed: both K-major
+    scale, trans = regs + n_a + 1, "1, 1, 0, 0" if shared_a else "1, 1, 0"
+    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(scale) + ", 0; "
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{src}.{src} "
-            f"{{{d}}}, {{{a}}}, ${regs + 4}, p, 1, 1, 0; }}")
-    constraints = ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"]
+            f"{{{d}}}, {a}, ${regs + n_a}, p, {trans}; }}")
+    constraints = ",".join(["=f"] * regs + (["l"] if shared_a else ["r"] * 4) + ["l", "r"]
                            + [str(i) for i in range(regs)])
     fn_ty = ir.FunctionType(ir.LiteralStructType([ir.FloatType()] * regs),
-                            [I32] * 4 + [I64, I32] + [ir.FloatType()] * regs)
+                            ([I64] if shared_a else [I32] * 4) + [I64, I32]
+                            + [ir.FloatType()] * regs)
     return ir.InlineAsm(fn_ty, text, constraints, side_effect=True)
 
 

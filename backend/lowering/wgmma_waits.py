@@ -2,9 +2,10 @@
 flight there: an analysis over the structured program, run once before code generation.
 
 Expects: a program after `plan_shared_memory`'s inputs are fixed (the plan gives each
-shared tensor its byte range), whose wgmma `dot`s (a `dot` with a shared b operand) each
-form one commit group, in program order. Race-free programs only: a shared tile a `dot`
-reads is written afterwards only behind a `sync` (the `Dot` contract).
+shared tensor its byte range), whose wgmma `dot`s (a `dot` with a shared b operand, and
+maybe a shared a) each form one commit group, in program order. Race-free programs only:
+a shared tile a `dot` reads is written afterwards only behind a `sync` (the `Dot`
+contract).
 
 Guarantees (`WgmmaWaits`, per instruction, by identity):
 - `keep[inst]`: before `inst`, wait until at most `keep` groups are in flight
@@ -18,9 +19,9 @@ Guarantees (`WgmmaWaits`, per instruction, by identity):
   registers may be read as they are. (Where the lowering waits to read an accumulator,
   this analysis does not follow: groups are assumed in flight until a wait it placed.)
 
-How: a forward dataflow of the possible *pending lists* (the B tiles of the groups in
-flight, oldest first; at most `_DEPTH` named, older ones a wildcard that overlaps every
-tile), joined over branches and iterated to a fixed point over loops; and a backward one
+How: a forward dataflow of the possible *pending lists* (the shared tiles each group in
+flight reads, oldest first; at most `_DEPTH` named, older ones a wildcard that overlaps
+every tile), joined over branches and iterated to a fixed point over loops; and a backward one
 of the tiles written before the next `sync`. `wait_group n` retires all but the `n`
 newest groups (groups complete in order), so `keep` is, over the possible lists, the
 fewest newest groups that read none of the bytes about to be written.
@@ -41,7 +42,7 @@ from tilevm.ir.stmt import Seq
 from tilevm.ir.types import MemorySpace
 
 _DEPTH = 4  # pending groups tracked by name (wgmma.wait_group takes 0..7)
-_ANY = ""  # a group whose tile is unknown: overlaps every tile
+_ANY: tuple[str, ...] = ("",)  # a group whose tiles are unknown: overlaps every tile
 # Groups left in flight once a `dot` has committed its own: the older ones are retired
 # there. Each group in flight pins the registers of its A operand (and ptxas, where the
 # code after a `dot` needs registers that the groups in flight still hold, serializes
@@ -56,7 +57,7 @@ OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalVi
                ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait,
                ins.AllocShared, ins.FreeShared)
 
-Pending = tuple[str, ...]  # B tile names of the groups in flight, oldest first
+Pending = tuple[tuple[str, ...], ...]  # per group in flight (oldest first), its tiles
 
 
 def is_wgmma(inst: ins.Instruction) -> bool:
@@ -130,7 +131,8 @@ class _Analysis:
             self.keep.pop(key, None)
         self.settled[key] = state == {()}
         if is_wgmma(inst):
-            state = frozenset(_push(p, inst.b.name) for p in state)
+            tiles = tuple(t.name for t in (inst.a, inst.b) if t.space is MemorySpace.SHARED)
+            state = frozenset(_push(p, tiles) for p in state)
             if max(len(p) for p in state) > IN_FLIGHT_AFTER_DOT:
                 self.keep_after[key] = IN_FLIGHT_AFTER_DOT
                 state = frozenset(p[-IN_FLIGHT_AFTER_DOT:] for p in state)
@@ -143,23 +145,23 @@ class _Analysis:
         written = list(written)
         keep = _DEPTH + 1
         for pending in state:
-            for n, tile in enumerate(reversed(pending)):
-                if any(self._overlap(tile, w) for w in written):
+            for n, tiles in enumerate(reversed(pending)):
+                if any(self._overlap(t, w) for t in tiles for w in written):
                     keep = min(keep, n)
                     break
         return keep
 
     def _overlap(self, a: str, b: str) -> bool:
         ra, rb = self.ranges.get(a), self.ranges.get(b)
-        if a == _ANY or ra is None or rb is None:
+        if a == _ANY[0] or ra is None or rb is None:
             return True
         return ra[0] < rb[1] and rb[0] < ra[1]
 
 
-def _push(pending: Pending, tile: str) -> Pending:
-    """`pending` with a new newest group reading `tile`; beyond `_DEPTH` named groups the
+def _push(pending: Pending, tiles: tuple[str, ...]) -> Pending:
+    """`pending` with a new newest group reading `tiles`; beyond `_DEPTH` named groups the
     oldest become one wildcard group (it overlaps everything, so is never kept)."""
-    pending = pending + (tile,)
+    pending = pending + (tiles,)
     if len(pending) > _DEPTH:
         pending = (_ANY,) + tuple(t for t in pending if t != _ANY)[-_DEPTH:]
     return pending

@@ -267,8 +267,9 @@ def dot_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
 WGMMA_DTYPES = (parse("f16"), parse("bf16"))
 
 
-def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
-                  ) -> tuple[RegisterLayout, RegisterLayout] | None:
+def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int,
+                  shared_a: bool = False
+                  ) -> tuple[RegisterLayout | None, RegisterLayout] | None:
     """The register layouts (a, c) of a `dot` whose b is a shared tile (wgmma), or None
     when they do not fit: the block's `W` warps (whole warpgroups) split the rows, each
     holding `m / (16 W)` whole rows of fragments (all `n / 8` C fragments of a row, the
@@ -278,12 +279,17 @@ def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int
         a = spatial(W, 1) * local(m / 16W, k / 16) * A
 
     Row `s` of the 4 warps of a warpgroup is its `s`-th wgmma (backend/lowering/wgmma.py).
+    With a shared a (`shared_a`: a is None) each wgmma reads 64 consecutive rows of a, so
+    the warps' rows interleave instead: `c = local(m / 16W, 1) * spatial(W, 1) *
+    local(1, n / 8) * C` (warp `w`'s row `s` is fragment row `s W + w`).
     """
     warps = num_threads // 32
     if dtype not in WGMMA_DTYPES or num_threads % 128 or m % (16 * warps) or n % 8 \
             or n > 256 or k % 16:
         return None
     rows = m // (16 * warps)
+    if shared_a:
+        return None, local(rows, 1) * spatial(warps, 1) * local(1, n // 8) * mma_m16n8k16_c()
     return (spatial(warps, 1) * local(rows, k // 16) * mma_m16n8k16_a(),
             spatial(warps, 1) * local(rows, n // 8) * mma_m16n8k16_c())
 
@@ -310,8 +316,9 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
         if isinstance(inst, ins.Dot):
             (m, k), n = inst.a.type.static_shape, inst.b.type.static_shape[1]
             if inst.b.space is MemorySpace.SHARED:  # wgmma: only a and c in registers
-                operands = (inst.a, inst.c)
-                layouts = wgmma_layouts(m, n, k, inst.a.dtype, num_threads)
+                operands = (inst.a, inst.c)  # (a shared a: want() passes it over)
+                layouts = wgmma_layouts(m, n, k, inst.a.dtype, num_threads,
+                                        shared_a=inst.a.space is MemorySpace.SHARED)
             else:
                 operands = (inst.a, inst.b, inst.c)
                 layouts = dot_layouts(m, n, k, inst.a.dtype, num_threads)

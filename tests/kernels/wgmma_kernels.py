@@ -27,6 +27,29 @@ def shared_b_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True
 
 
 @tv.kernel(num_warps=4)
+def shared_ab_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True),
+                     y: tv.ptr(tv.f32), M: tv.int32, N: tv.int32, K: tv.int32,
+                     *, bm: int = 64, bn: int = 64, bk: int = 64, num_warps: int = 4):
+    """y[M, N] = a[M, K] @ bt[N, K]^T with both operands of `dot` in shared memory: each
+    k-tile of a in a K-major tile `[bm, bk]` (a's rows contiguous), of b^T in `[bk, bn]`."""
+    tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+    m0 = tv.block_idx(1) * bm
+    n0 = tv.block_idx(0) * bn
+    ga = tv.global_view(a, [M, K])
+    gb = tv.global_view(bt, [K, N], strides=[1, K])  # b = bt^T
+    as_ = tv.alloc_shared(tv.f16, [bm, bk], layout=swizzled([bm, bk], tv.f16))
+    bs = tv.alloc_shared(tv.f16, [bk, bn], layout=swizzled([bn, bk], tv.f16).permute((1, 0)))
+    acc = tv.zeros([bm, bn], tv.f32)
+    for k0 in tv.range(0, K, bk):
+        tv.store_shared(as_, tv.load_global(ga, [m0, k0], [bm, bk]))
+        tv.store_shared(bs, tv.load_global(gb, [k0, n0], [bk, bn]))
+        tv.sync()
+        acc = tv.dot(as_, bs, acc)
+        tv.sync()  # every warpgroup has read both tiles before they are refilled
+    tv.store_global(tv.global_view(y, [M, N]), acc, [m0, n0])
+
+
+@tv.kernel(num_warps=4)
 def ring_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True),
                 y: tv.ptr(tv.f32), M: tv.int32, N: tv.int32, K: tv.int32,
                 *, bm: int = 64, bn: int = 64, bk: int = 64, stages: int = 3, lead: int = 1):
