@@ -72,14 +72,25 @@ def test_a_shared_a_matches_numpy_in_the_interpreter(kw):
                                        (dict(bm=256, num_warps=8), 2)])
 def test_a_shared_a_is_read_through_its_own_descriptor(kw, rows):
     """With a in shared memory each wgmma takes two descriptors (`m64nNk16` with a
-    64-bit a operand); a warpgroup's wgmmas read their own 64-row blocks of a (the rows
-    after the first picked by the warpgroup index when there are two)."""
+    64-bit a operand): a warpgroup's 64-row blocks of a each have their own (the rows
+    after the first picked by the warpgroup index when there are two), b one; k-step
+    `kk` adds `2 kk` (32 bytes) to both."""
     ptx = compile_program(k.shared_ab_matmul.specialize(**kw), "sm_90a").ptx
-    calls = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 "
-                       r"\{[^}]*\}, (%rd\d+), (%rd\d+), p, 1, 1, 0, 0;", ptx)
-    assert len(calls) == rows * 4  # (64-row blocks a warpgroup computes) x k-steps
-    assert len({a for a, _ in calls}) == len(calls)  # every (row block, k-step) its own
-    assert len({b for _, b in calls}) == 4  # b's k-steps
+    mmas = re.findall(r"\{ \.reg \.pred p; setp[^;]*; (.*?)wgmma\.mma_async\.sync\.aligned"
+                      r"\.m64n64k16\.f32\.f16\.f16 \{[^}]*\}, (\S+), (\S+), p, 1, 1, 0, 0;",
+                      ptx)
+    assert len(mmas) == rows * 4  # (64-row blocks a warpgroup computes) x k-steps
+    a_bases, b_bases, offsets = set(), set(), []
+    for setup, a, b in mmas:
+        found = re.findall(r"add\.s64 (\w+), (%rd\d+), (\d+);", setup)
+        bases = {name: base for name, base, _ in found}
+        step = {int(v) for _, _, v in found}  # one k-step's offset for both, or none
+        assert len(step) <= 1 and len(found) in ((0,) if not step else (2,))
+        offsets.append(step.pop() if step else 0)
+        a_bases.add(bases.get(a, a))
+        b_bases.add(bases.get(b, b))
+    assert sorted(offsets) == sorted([0, 2, 4, 6] * rows)
+    assert len(a_bases) == rows and len(b_bases) == 1
     assert "C7513" not in check_ptx(ptx, "sm_90a").log
 
 

@@ -178,10 +178,8 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     n_frags, k_steps = n // 8, k // 16
     elem = dtype.bits // 8
     bld = cg.b
-    b_start = _tile_start(cg, b)
     b_upper = _descriptor_bits(cg, allocation(cg, b)[1], k, n, elem)
-    b_descriptors = [_descriptor(cg, bld.add(b_start, ir.Constant(I32, 32 * kk)), b_upper)
-                     for kk in range(k_steps)]  # k16 = 32 bytes into the columns
+    b_descriptor = _descriptor(cg, _tile_start(cg, b), b_upper)
     shared_a = a.space is MemorySpace.SHARED
     if shared_a:
         rows = _shared_a_rows(cg, xc, n_frags)
@@ -195,7 +193,6 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     pinned = _pass_through(cg, "wgmma.fence.sync.aligned;", [*a_words, *acc])
     a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]
     regs = n // 2  # f32 accumulators per thread of one m64nN tile
-    mma = _wgmma_asm(n, dtype.name, regs, shared_a)
     scale_d = cg.wgmma.scale_d(cg, c)  # 0 while c is a zero tile (see InFlight)
     one = ir.Constant(I32, 1)  # (a row's later k-steps add to its first)
     if shared_a:  # each wgmma: its warpgroup's 64 rows of a, from the descriptor
@@ -203,16 +200,14 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
         a_upper = _descriptor_bits(cg, allocation(cg, a)[1], k, a.type.static_shape[0],
                                    elem, "a")
         row_bytes = k * elem
-        plan = []
-        for base, row in rows:
-            first = bld.add(a_start, bld.mul(row, ir.Constant(I32, row_bytes)))
-            plan.append((base, [_descriptor(cg, bld.add(first, ir.Constant(I32, 32 * kk)),
-                                            a_upper) for kk in range(k_steps)]))
+        plan = [(base, [_descriptor(cg, bld.add(a_start, bld.mul(row, ir.Constant(
+            I32, row_bytes))), a_upper)] * k_steps) for base, row in rows]
     for base, steps in plan:
         d = acc[4 * base:4 * base + regs]
         for kk, step in enumerate(steps):
             a_operand = [step] if shared_a else a_words[4 * step:4 * step + 4]
-            res = bld.call(mma, [*a_operand, b_descriptors[kk],
+            mma = _wgmma_asm(n, dtype.name, regs, shared_a, kk)
+            res = bld.call(mma, [*a_operand, b_descriptor,
                                  scale_d if kk == 0 else one, *d])
             d = [bld.extract_value(res, i) for i in range(regs)]
         acc[4 * base:4 * base + regs] = d
@@ -274,18 +269,30 @@ def _shared_a_rows(cg: KernelCodegen, xc, n_frags: int) -> list[tuple[int, ir.Va
     return rows
 
 
-def _wgmma_asm(n: int, src: str, regs: int, shared_a: bool) -> ir.InlineAsm:
-    """`d = A @ B + d` (scale-d from an operand: 1 adds), A in 4 registers or a
-    descriptor (`shared_a`), B a descriptor. Operands: d out (0 .. regs-1), a (4
-    registers or one descriptor), b's descriptor, scale-d, d in (tied)."""
+def _wgmma_asm(n: int, src: str, regs: int, shared_a: bool, kk: int) -> ir.InlineAsm:
+    """`d = A @ B + d` for k-step `kk` (scale-d from an operand: 1 adds), A in 4 registers
+    or a descriptor (`shared_a`), B a descriptor. Operands: d out (0 .. regs-1), a (4
+    registers or one descriptor), b's descriptor, scale-d, d in (tied). The descriptors
+    passed are those of k-step 0: k-step `kk` starts `32 kk` bytes further into the rows,
+    `2 kk` in the descriptor's address field, added here (one uniform add) rather than
+    kept as one more 64-bit register per tile and k-step (a loop's tiles times its k-steps:
+    ptxas keeps them live through the loop, 64 registers for 4 stages of a and b)."""
     n_a = 1 if shared_a else 4
     d = ", ".join(f"${i}" for i in range(regs))
     a = f"${regs}" if shared_a else "{" + ", ".join(f"${regs + i}" for i in range(4)) + "}"
+    b = f"${regs + n_a}"
+    setup = "setp.ne.b32 p, $" + str(regs + n_a + 1) + ", 0; "
+    if kk:
+        setup += f".reg .b64 bk; add.s64 bk, {b}, {2 * kk}; "
+        b = "bk"
+        if shared_a:
+            setup += f".reg .b64 ak; add.s64 ak, {a}, {2 * kk}; "
+            a = "ak"
     # scale-a, scale-b 1; a (when a descriptor) and b not transposed: both K-major
-    scale, trans = regs + n_a + 1, "1, 1, 0, 0" if shared_a else "1, 1, 0"
-    text = ("{ .reg .pred p; setp.ne.b32 p, $" + str(scale) + ", 0; "
+    trans = "1, 1, 0, 0" if shared_a else "1, 1, 0"
+    text = ("{ .reg .pred p; " + setup +
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{src}.{src} "
-            f"{{{d}}}, {a}, ${regs + n_a}, p, {trans}; }}")
+            f"{{{d}}}, {a}, {b}, p, {trans}; }}")
     constraints = ",".join(["=f"] * regs + (["l"] if shared_a else ["r"] * 4) + ["l", "r"]
                            + [str(i) for i in range(regs)])
     fn_ty = ir.FunctionType(ir.LiteralStructType([ir.FloatType()] * regs),
