@@ -33,6 +33,7 @@ from typing import Any
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
 from tilevm.kernels.schedule import SPACE_VERSION, Schedule, candidates, default_schedule
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
 
@@ -103,12 +104,19 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     loaded = _kernels.get(key)
     if loaded is None:
         act, wdtype, group_size, has_zeros, _ = key
-        kernel = qmm_staged_kernel(act) if s.staged else \
-            qmm_wgmma_kernel(act) if s.wgmma else qmm_kernel(act)
-        loaded = _kernels[key] = _load(kernel, wdtype=wdtype,
+        loaded = _kernels[key] = _load(schedule_kernel(s, act), wdtype=wdtype,
                                        group_size=group_size, has_zeros=has_zeros,
                                        **s.constants())
     return loaded
+
+
+def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
+    """The kernel factory's kernel that schedule `s` selects, for activations `act`."""
+    if s.staged:
+        return qmm_staged_kernel(act)
+    if s.wgmma:
+        return qmm_wgmma_shared_kernel(act) if s.shared_weights else qmm_wgmma_kernel(act)
+    return qmm_kernel(act)
 
 
 # Split-K's workspace and tile counters, per (device, stream), grown as needed: the

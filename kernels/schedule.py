@@ -19,7 +19,9 @@ operand through `stages` shared-memory buffers: prefill); it takes none of `spli
 Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
-`stages` and `lead`.
+`stages` and `lead`. With `shared_weights` it is `kernels.qmm_wgmma_shared` (the
+converted weights of a k-tile in shared memory, read by every warpgroup's wgmmas: each
+weight converted once per `bm` rows; `lead` 1..stages-2).
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
@@ -34,8 +36,9 @@ from dataclasses import asdict, dataclass, replace
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped when the
-# candidates change (2: the wgmma kernel; 3: its `lead` tilings), so problems tuned over
-# an older space are tuned again instead of keeping a winner among fewer kernels.
+# candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
+# kernel), so problems tuned over an older space are tuned again instead of keeping a
+# winner among fewer kernels.
 SPACE_VERSION = 3
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
@@ -55,6 +58,7 @@ class Schedule:
     unroll: int = 1
     wgmma: bool = False
     lead: int = 0
+    shared_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -67,8 +71,8 @@ class Schedule:
                              f"only, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
-        if self.lead and not self.wgmma:
-            raise ValueError(f"lead is the wgmma kernel's, got {self!r}")
+        if (self.lead or self.shared_weights) and not self.wgmma:
+            raise ValueError(f"lead and shared_weights are the wgmma kernel's, got {self!r}")
         if not many_rows and (self.warps_m, self.stages) != (1, 2):
             raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
 
@@ -81,7 +85,7 @@ class Schedule:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead)
         table = asdict(self)
-        for name in ("staged", "warps_m", "stages", "wgmma", "lead"):
+        for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights"):
             del table[name]
         return table
 
@@ -90,6 +94,11 @@ class Schedule:
         if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
         if self.wgmma:
+            if self.shared_weights:  # (8 warps, 64-row k-tiles: 128 columns)
+                columns = 32 * self.num_warps // (self.bk // 32)
+                return self.bk in (32, 64) and self.num_warps % 4 == 0 \
+                    and columns % 64 == 0 and self.bm % 8 == 0 and 8 <= self.bm <= 256 \
+                    and 1 <= self.lead <= self.stages - 2 <= 4
             return self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0 \
                 and 8 <= self.bm <= 256 and 2 <= self.stages <= 6 \
                 and 0 <= self.lead < self.stages
@@ -104,8 +113,9 @@ class Schedule:
 
     def __str__(self) -> str:
         if self.wgmma:
-            return (f"wgmma bm={self.bm} bk={self.bk} warps={self.num_warps} "
-                    f"stages={self.stages}{f' lead={self.lead}' if self.lead else ''}")
+            return (f"wgmma{' shared_weights' if self.shared_weights else ''} bm={self.bm} "
+                    f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
+                    f"{f' lead={self.lead}' if self.lead else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -140,13 +150,20 @@ def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Sched
 # and the barrier waiting, won no case there.
 WGMMA_TILES = ((128, 4, 2, 0), (128, 4, 4, 1), (128, 4, 4, 2), (128, 8, 4, 1),
                (128, 8, 4, 2))
+# The shared-weights kernel's (bm, num_warps, stages, lead): 256 rows, 8 warps (128
+# columns), x two k-tiles ahead of four stages (H100: int4 0.89-0.93x the time of the
+# best tiling above; 3 stages one ahead 1.3-1.6x, bench/results/
+# qmm_h100_prefill_shared_weights/). With 64-row k-tiles only (32: 256 columns, 256
+# accumulators a thread).
+WGMMA_SHARED_TILES = ((256, 8, 4, 2),)
 
 
-def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0
-          ) -> Schedule:
-    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`)."""
+def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
+          shared_weights: bool = False) -> Schedule:
+    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, or with
+    `shared_weights` `kernels.qmm_wgmma_shared`)."""
     return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
-                    lead=lead)
+                    lead=lead, shared_weights=shared_weights)
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -173,6 +190,10 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
         found += [s for s in (wgmma(bm, warps, stages, group_size, lead)
                               for bm, warps, stages, lead in WGMMA_TILES)
                   if s.fits(K, group_size)]
+        if k_tile(group_size) == 64:
+            found += [s for s in (wgmma(bm, warps, stages, group_size, lead, True)
+                                  for bm, warps, stages, lead in WGMMA_SHARED_TILES)
+                      if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:

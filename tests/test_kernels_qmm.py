@@ -19,6 +19,7 @@ from tilevm import dtypes
 from tilevm.backend import ptxas
 from tilevm.backend.pipeline import compile_program
 from tilevm.kernels import matmul, schedule
+from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import (
     ATOM,
     fragment_order,
@@ -27,7 +28,6 @@ from tilevm.kernels.qmm import (
     splitk_sizes,
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
-from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.schedule import (
     Schedule,
     candidates,
@@ -112,8 +112,8 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
                      has_zeros=qw.zeros is not None, **s.constants())
     y = np.full((M, N), np.nan, np.float16)
     if s.staged or s.wgmma:
-        kernel = qmm_staged_kernel("f16") if s.staged else qmm_wgmma_kernel("f16")
-        kernel.interpret(x, qw.packed, qw.scales, zeros, y, M, N, K, **constants)
+        schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
+                                     **constants)
         return y
     floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
     ws = np.full(floats, np.nan, np.float32)
@@ -159,6 +159,10 @@ def _tolerance(x, qw, ref) -> float:
     # next barrier), and one ahead of three with zero points
     ("int3", False, wgmma(32, 4, 4, 64, lead=2), 40, 96),
     ("uint4", True, wgmma(16, 8, 3, 128, lead=1), 17, 264),
+    # the converted weights shared by the warpgroups through shared memory
+    ("int4", False, wgmma(64, 8, 4, 128, lead=2, shared_weights=True), 70, 200),
+    ("uint3", True, wgmma(32, 8, 3, 64, lead=1, shared_weights=True), 17, 264),  # bk 32
+    ("f6e3m2", False, wgmma(16, 4, 5, 128, lead=3, shared_weights=True), 9, 72),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -331,7 +335,9 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                staged(128, 64, 8, 2, 2), staged(64, 32, 4, 1, 4),
                                staged(48, 32, 3, 3, 5), wgmma(128, 4, 2, 128),
                                wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32),
-                               wgmma(128, 4, 4, 128, lead=2), wgmma(64, 8, 4, 64, lead=1)])
+                               wgmma(128, 4, 4, 128, lead=2), wgmma(64, 8, 4, 64, lead=1),
+                               wgmma(256, 8, 4, 128, lead=2, shared_weights=True),
+                               wgmma(64, 8, 3, 64, lead=1, shared_weights=True)])
 def test_gpu_schedules_and_zero_points(s):
     import torch
 
@@ -399,8 +405,16 @@ def test_wgmma_schedules():
     assert str(s) == "wgmma bm=128 bk=64 warps=4 stages=2"
     assert str(wgmma(128, 4, 4, 128, lead=2)) == "wgmma bm=128 bk=64 warps=4 stages=4 lead=2"
     assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
-    with pytest.raises(ValueError, match="lead is the wgmma kernel's"):
+    with pytest.raises(ValueError, match="lead and shared_weights are the wgmma kernel's"):
         Schedule(bm=16, lead=1)
+    shared = wgmma(256, 8, 4, 128, lead=2, shared_weights=True)
+    assert str(shared) == "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2"
+    assert shared.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
+                                  "lead": 2}
+    assert shared.fits(4096, 128) and shared in candidates(4096, 12288, 4096, 128,
+                                                            hopper=True)
+    assert not wgmma(256, 8, 4, 128, lead=3, shared_weights=True).fits(4096, 128)
+    assert not any(s.shared_weights for s in candidates(4096, 12288, 4096, 64, hopper=True))
     assert wgmma(128, 4, 2, 32).bk == 32 and wgmma(128, 4, 2, 32).fits(4096, 32)
     assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
     assert not Schedule(264, 64, 4, wgmma=True, stages=2).fits(4096, 128)  # wgmma's N

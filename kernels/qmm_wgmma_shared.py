@@ -1,0 +1,171 @@
+"""The quantized matmul for many rows on Hopper with the converted weights in shared
+memory: `y^T = dequant(W)^T @ x^T` with warpgroup MMA reading both operands from shared
+memory, each weight converted once per block of `bm` (256) rows.
+
+Same problem, weight format and requirements as `kernels.qmm`; the sibling of
+`kernels.qmm_wgmma`, whose warpgroups each convert the weights they multiply (A in
+registers): there every weight is converted once per 128 rows of x, and the weights'
+loads and conversion are what that kernel pays over cuBLAS (without them it runs at
+cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). Here:
+
+- a block has `num_warps` warps (whole warpgroups) and computes `bn` columns of y for
+  `bm` rows; `bn = 32 * num_warps / (bk / 32)`: warp `(h, j)` loads and converts atom
+  `j`'s codes for rows `32 h ..` of the k-tile (one warp a 32 x 32 piece: 128 columns
+  with 8 warps and 64-row k-tiles), minus the zero point, times the group's scale
+  (rounded once to the activation type), and stores them into the k-tile's shared tile
+  of weights `[bn, bk]` (K-major, 128-byte swizzle: the layout wgmma reads as A);
+- warpgroup `g`'s wgmmas multiply rows `64 g ..` of that tile (`bn / 64` x 16-row blocks
+  over the warps: `acc_layout`) by the k-tile of x^T `[bk, bm]` (copied by `copy_async`,
+  `lead` k-tiles ahead, as in `kernels.qmm_wgmma`), `m64n{bm}k16`, accumulating y^T in
+  f32 registers (`bn * bm / (32 num_warps)` per thread: 128 for 128 x 256);
+- the pipeline, per k-tile t, in `stages` buffers of x, scales and weights: wait for x
+  of t and the scales of t + 1, barrier (every warp's weights of t stored), `dot` on
+  k-tile t (its wgmmas run while the rest goes on; the `dot` retires the previous
+  k-tile's), load the codes of t + 2, convert the weights of t + 1 into their buffer,
+  copy x of t + lead and the scales of t + lead + 1. A buffer is rewritten only once the
+  wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
+  keeps the previous k-tile's group in flight across the barrier then; with less room it
+  waits, still correct);
+- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.grouped_tiles`).
+
+Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; against
+the best `kernels.qmm_wgmma` tiling on the same machine): int4 0.89-0.93x the time on
+8B qkv and the 70B layers; int3, int8 and f6e3m2 0.91-1.10x
+(bench/results/qmm_h100_prefill_shared_weights/).
+"""
+
+# No `from __future__ import annotations` here: the kernels' parameter annotations
+# (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
+from functools import cache
+
+from tilevm.dtypes import DataType
+from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
+from tilevm.kernels.qmm_wgmma import grouped_tiles
+from tilevm.layouts import local, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_c
+from tilevm.layouts.shared_layout import swizzled
+from tilevm.vm import lang as tv
+from tilevm.vm.frontend import Kernel
+
+
+@cache
+def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
+    """The Hopper kernel with shared weights for activations (and scales, zeros, output)
+    of type `act`."""
+    act = activation_type(act)
+
+    @tv.kernel(num_warps=8)
+    def qmm_wgmma_shared(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
+                         scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
+                         y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
+                         *, wdtype: DataType = tv.int4, group_size: int = 128,
+                         has_zeros: bool = False, bm: int = 256, bk: int = 64,
+                         num_warps: int = 8, stages: int = 4, lead: int = 2,
+                         group_m: int = 8):
+        b = wdtype.bits
+        tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
+        tv.static_assert(bk in (32, 64) and group_size % bk == 0,
+                         f"bk={bk} must be 32 or 64 (64- or 128-byte rows) dividing "
+                         f"group_size={group_size}")
+        chunks = bk // ATOM  # warps along k: a warp converts a 32 x 32 piece
+        tv.static_assert(num_warps % 4 == 0 and num_warps % chunks == 0,
+                         f"num_warps={num_warps} must be whole warpgroups")
+        atoms = num_warps // chunks
+        bn = ATOM * atoms
+        tv.static_assert(bn % (16 * num_warps) == 0 or (16 * num_warps) % bn == 0,
+                         f"{bn} columns must split into the warps' 16-row blocks")
+        tv.static_assert(bn % 64 == 0, f"bn={bn} must be whole 64-row wgmmas")
+        tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
+                         f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
+        tv.static_assert(1 <= lead <= stages - 2 <= 4,
+                         f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
+        tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
+        tv.assume(K % group_size == 0)
+        tv.assume(K % ATOM == 0)
+        Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
+
+        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+        n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
+        n0 = n_tile * bn
+        m0 = m_tile * bm
+        gxt = tv.global_view(x, [K, M], strides=[1, K])  # x^T: K contiguous
+        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
+        gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
+        gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
+
+        # Warp (h, j): atom j's codes for rows 32 h.. of the k-tile, as loaded (16 bytes
+        # a lane for int4), and as f16 in the same threads with the locals in order
+        # (pairs along k adjacent: 4-byte shared stores).
+        byte_layout = spatial(chunks, atoms, 32, 1).local(1, 1, 1, 4 * b)
+        code_layout = (spatial(chunks, atoms) * atom_code_layout(b)).permute((1, 0))
+        weight_layout = (spatial(chunks, atoms) * ATOM_LAYOUT).permute((1, 0))
+        scale_layout = weight_layout.reduce(1)
+        tile = [chunks, atoms, 32, 4 * b]
+        acc_layout = local(max(1, bn // (16 * num_warps)), 1) * \
+            spatial(num_warps, 1) * local(1, bm // 8) * mma_m16n8k16_c()
+
+        codes_at = lambda k: tv.load_global(gw, [k // ATOM, n_tile * atoms, 0, 0],  # noqa: E731
+                                            tile, layout=byte_layout)
+        xs = [tv.alloc_shared(act, [bk, bm], layout=swizzled([bm, bk], act).permute((1, 0)))
+              for _ in range(stages)]
+        ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
+              for _ in range(stages)]
+        ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
+        zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
+        # Copy group j: x of k-tile j and the scales (zeros) of k-tile j + 1, which the
+        # conversion reads a k-tile ahead of the multiplication.
+        _copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
+        for first in range(lead):
+            tv.copy_async(xs[first], gxt, [first * bk, m0])
+            _copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
+            tv.copy_async_commit()
+        packed = codes_at(0)
+        ahead = codes_at(bk)
+        tv.copy_async_wait(lead - 1)
+        tv.sync()
+        tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, code_layout, weight_layout,
+                                        scale_layout, ss, zs))
+        acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+        for k0 in tv.range(0, K, stages * bk):
+            for s in range(stages):  # unrolled: k-tile t = k0 / bk + s in buffers s
+                k = k0 + s * bk if s else k0
+                tv.copy_async_wait(lead - 1)  # x of k-tile t, the scales of t + 1 (this
+                tv.sync()  # thread's copies); every warp's weights of t stored
+                acc = tv.dot(ws[s], xs[s], acc)
+                packed = ahead
+                ahead = codes_at(k + 2 * bk)
+                nxt = (s + 1) % stages
+                tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
+                                                  weight_layout, scale_layout, ss, zs))
+                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
+                _copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
+                             k + (lead + 1) * bk, group_size)
+                tv.copy_async_commit()
+        tv.copy_async_wait(0)
+        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
+                        [n0, m0])
+
+    qmm_wgmma_shared.name = f"qmm_wgmma_shared_{act.name}"
+    return qmm_wgmma_shared
+
+
+def _weights(codes, buf, wdtype, act, code_layout, weight_layout, scale_layout, ss, zs):
+    """A k-tile's codes converted: minus the zero point, times the scale of buffer `buf`
+    (a compile-time helper of the kernel)."""
+    bn, bk = code_layout.shape
+    wt = tv.cast(tv.view(codes, wdtype, [bn, bk], code_layout), act, weight_layout)
+    if zs is not None:
+        wt = wt - tv.load_shared(zs[buf], [0, 0], [bn, 1], layout=scale_layout)
+    return wt * tv.load_shared(ss[buf], [0, 0], [bn, 1], layout=scale_layout)
+
+
+def _copy_scales(ss, zs, buf, gs, gz, n0, k, group_size):
+    """Start copying the scales (and zeros) of k-tile `k`'s group for the columns from
+    `n0` into `ss[buf]` (`zs[buf]`)."""
+    tv.copy_async(ss[buf], gs, [n0, k // group_size])
+    if zs is not None:
+        tv.copy_async(zs[buf], gz, [n0, k // group_size])
+
+
+# for `vmc compile kernels/qmm_wgmma_shared.py:qmm_wgmma_shared_f16 --arch sm_90a`
+qmm_wgmma_shared_f16 = qmm_wgmma_shared_kernel("f16")
