@@ -28,7 +28,7 @@ def programs(wd):
         lead=c[3])) for c in ((128, 4, 2, 0), (128, 4, 4, 2))]
     found += [(f"shared{c}", qmm_wgmma_shared_kernel("f16").specialize(
         wdtype=wdtype, group_size=128, bm=c[0], num_warps=c[1], stages=c[2], lead=c[3]))
-        for c in ((256, 8, 4, 2), (256, 8, 5, 3), (128, 8, 4, 2))]
+        for c in ((256, 8, 4, 2), (256, 8, 3, 1), (128, 8, 4, 2))]
     return found
 
 
