@@ -29,8 +29,9 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
 - blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.grouped_tiles`).
 
 Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; against
-the best `kernels.qmm_wgmma` tiling on the same machine): int4 0.89-0.93x the time on
-8B qkv and the 70B layers; int3, int8 and f6e3m2 0.91-1.10x
+the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.93x the
+time on 8B qkv and the 70B qkv, o and down layers (1.01x on gate_up); int3 0.99-1.09x,
+f6e3m2 0.97-1.03x, int8 0.96-1.11x: a tuning candidate beside that kernel's tilings
 (bench/results/qmm_h100_prefill_shared_weights/).
 """
 

@@ -151,8 +151,9 @@ def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Sched
 WGMMA_TILES = ((128, 4, 2, 0), (128, 4, 4, 1), (128, 4, 4, 2), (128, 8, 4, 1),
                (128, 8, 4, 2))
 # The shared-weights kernel's (bm, num_warps, stages, lead): 256 rows, 8 warps (128
-# columns), x two k-tiles ahead of four stages (H100: int4 0.89-0.93x the time of the
-# best tiling above; 3 stages one ahead 1.3-1.6x, bench/results/
+# columns), x two k-tiles ahead of four stages (H100: int4 0.90-0.93x the time of the
+# better of (128,4,2) and (128,4,4,2) on four of five layers, the other types 0.96-1.11x;
+# 3 stages one ahead, or 128 rows, 1.3-1.6x; bench/results/
 # qmm_h100_prefill_shared_weights/). With 64-row k-tiles only (32: 256 columns, 256
 # accumulators a thread).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2),)
