@@ -79,19 +79,9 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         lead = lead or stages - 1
         tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
         bn = ATOM * num_warps
-        tv.assume(K % group_size == 0)
-        tv.assume(K % ATOM == 0)
-        Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
-
-        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
-        n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
-        n0 = n_tile * bn
-        m0 = m_tile * bm
+        n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
+                                                     group_size, group_m)
         atom_n0 = n_tile * num_warps
-        gxt = tv.global_view(x, [K, M], strides=[1, K])  # x^T: K contiguous
-        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
-        gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
-        gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
 
         # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
         # rows of y^T.
@@ -139,6 +129,25 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
+
+
+def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
+               group_size: int, group_m: int):
+    """The launch grid and this block's tile, as the prefill kernels share them (a
+    compile-time helper): (column tile, its first column n0, first row m0, and the views
+    x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, 4 bits] (Np: N padded to the
+    format's 32), scales and zeros [Np, K / group_size])."""
+    tv.assume(K % group_size == 0)
+    tv.assume(K % ATOM == 0)
+    Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
+    tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+    n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
+    n0, m0 = n_tile * bn, m_tile * bm
+    gxt = tv.global_view(x, [K, M], strides=[1, K])
+    gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * bits])
+    gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
+    gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
+    return n_tile, n0, m0, gxt, gw, gs, gz
 
 
 def grouped_tiles(tiles_n, tiles_m, group_m: int):

@@ -26,7 +26,7 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
   keeps the previous k-tile's group in flight across the barrier then; with less room it
   waits, still correct);
-- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.grouped_tiles`).
+- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`).
 
 Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; against
 the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.93x the
@@ -41,7 +41,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
-from tilevm.kernels.qmm_wgmma import grouped_tiles
+from tilevm.kernels.qmm_wgmma import block_tile
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
@@ -81,18 +81,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(1 <= lead <= stages - 2 <= 4,
                          f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
-        tv.assume(K % group_size == 0)
-        tv.assume(K % ATOM == 0)
-        Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
-
-        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
-        n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
-        n0 = n_tile * bn
-        m0 = m_tile * bm
-        gxt = tv.global_view(x, [K, M], strides=[1, K])  # x^T: K contiguous
-        gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
-        gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
-        gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
+        n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
+                                                     group_size, group_m)
 
         # Warp (h, j): atom j's codes for rows 32 h.. of the k-tile, as loaded (16 bytes
         # a lane for int4), and as f16 in the same threads with the locals in order
