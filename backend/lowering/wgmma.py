@@ -276,7 +276,9 @@ def _wgmma_asm(n: int, src: str, regs: int, shared_a: bool, kk: int) -> ir.Inlin
     passed are those of k-step 0: k-step `kk` starts `32 kk` bytes further into the rows,
     `2 kk` in the descriptor's address field, added here (one uniform add) rather than
     kept as one more 64-bit register per tile and k-step (a loop's tiles times its k-steps:
-    ptxas keeps them live through the loop, 64 registers for 4 stages of a and b)."""
+    ptxas keeps them live through the loop, 64 registers for 4 stages of a and b). The
+    field holds byte addresses up to 256 KB, past any block's shared memory, so the add
+    never carries out of it."""
     n_a = 1 if shared_a else 4
     d = ", ".join(f"${i}" for i in range(regs))
     a = f"${regs}" if shared_a else "{" + ", ".join(f"${regs + i}" for i in range(4)) + "}"
