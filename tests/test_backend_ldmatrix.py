@@ -5,6 +5,7 @@ against the interpreter (GPU, marked `gpu`)."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from pathlib import Path
 
@@ -208,3 +209,33 @@ def test_gpu_shared_memory_matmuls_match_interpreter(shape, kernel, dtype, out, 
     res, ref = got[2].astype(np.float64), expected[2].astype(np.float64)
     assert not np.isnan(res).any()
     assert np.all(np.abs(res - ref) <= _bound(av, bv, K, out))
+
+
+# ---- stmatrix: store_shared by the same rule (sm_90) -----------------------------------------
+
+@pytest.mark.parametrize("arch, expected", [("sm_90a", 4), ("sm_90", 4), ("sm_80", 0)])
+@pytest.mark.parametrize("constants, mnemonic", [
+    ({}, "x4"), ({"b_fragments": True}, "x4.trans"), ({"swizzle": False}, "x4")])
+def test_fragment_stores_select_stmatrix_on_sm90(constants, mnemonic, arch, expected):
+    """A store of an mma fragment tiling is `stmatrix` (its rows the same 16-byte runs as
+    `ldmatrix`'s) where the architecture has it: 4 instructions of 4 matrices for a
+    64 x 64 tile over 128 threads, `.trans` for B fragments (pairs along the rows)."""
+    ptx = compile_program(lk.store_fragments.specialize(**constants), arch).ptx
+    found = re.findall(r"stmatrix\.sync\.aligned\.m8n8\.(\S+)\.shared\.b16", ptx)
+    assert found == [mnemonic] * expected
+    if expected:
+        assert "st.shared" not in ptx.replace("stmatrix", "")  # every element that way
+    report = ptxas.check_ptx(ptx, arch)
+    assert report[lk.store_fragments.name].spill_bytes == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("constants", [{}, {"b_fragments": True}, {"swizzle": False}],
+                         ids=str)
+def test_gpu_fragment_stores_through_stmatrix_keep_every_element(constants):
+    from tilevm.backend.launch import launch_program
+
+    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    launch_program(lk.store_fragments.specialize(**constants), [x, y])
+    np.testing.assert_array_equal(y, x)

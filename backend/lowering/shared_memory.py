@@ -24,6 +24,9 @@ not split by the swizzle's unit, is one vector access of up to 16 bytes
 lane `i` supplies the address of row `i % 8` of matrix `i // 8`, computed like every
 other access (thread part of the address layout + a constant per instruction, then the
 swizzle), and each returned 32-bit register is split into its two 16-bit halves.
+`store_shared` by the same rule on sm_90 (`lowering=stmatrix(...)`) is its mirror,
+`stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16`: the same row addresses, each
+register built from two 16-bit elements.
 
 `copy_async`: the tile is cut into chunks of `C` consecutive elements along the
 lowering's `dim` (contiguous in both memories: the last dimension, or e.g. dimension 0
@@ -177,30 +180,62 @@ def _ldmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
     return ir.InlineAsm(ir.FunctionType(ret, [I32]), text, constraints, side_effect=True)
 
 
-def _load_ldmatrix(cg: KernelCodegen, inst: ins.LoadShared,
-                   choice: LdmatrixChoice) -> list[ir.Value]:
-    """The tile's registers through `ldmatrix` (see `ldmatrix_select`)."""
-    alloc, layout = allocation(cg, inst.src)
+def _stmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
+    n = choice.num
+    regs = ", ".join(f"${i + 1}" for i in range(n))
+    text = f"{choice.ptx.replace('ldmatrix', 'stmatrix')} [$0], {{{regs}}};"
+    constraints = ",".join(["r"] * (n + 1) + ["~{memory}"])
+    return ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I32] * (n + 1)), text, constraints,
+                        side_effect=True)
+
+
+def _matrix_rows(cg: KernelCodegen, shared: Tensor, offsets: tuple[Expr, ...],
+                 choice: LdmatrixChoice) -> list[ir.Value]:
+    """Per `ldmatrix`/`stmatrix` instruction of `choice`, the shared address (i32) of the
+    16-byte row this thread supplies (see `ldmatrix_select`)."""
+    alloc, layout = allocation(cg, shared)
     b, elem, addresses = cg.b, layout.element_bits // 8, choice.addresses
     scale = [ROW_ELEMENTS if d == choice.col_dim else 1 for d in range(layout.rank)]
     base = _i32(alloc.offset)
-    for t, o, s, u in zip(cg.thread_part(addresses), inst.offsets, layout.strides, scale):
+    for t, o, s, u in zip(cg.thread_part(addresses), offsets, layout.strides, scale):
         if s:
             coord = b.add(b.mul(_to_i32(cg, t), _i32(u)), _to_i32(cg, cg.i64(o)))
             base = b.add(base, b.mul(coord, _i32(s * elem)))
+    rows = []
+    for coord in cg.local_parts(addresses):
+        const = elem * sum(c * u * s for c, u, s in zip(coord, scale, layout.strides))
+        rows.append(b.ptrtoint(_swizzled_ptr(cg, layout, b.add(base, _i32(const))), I32))
+    return rows
+
+
+def _load_ldmatrix(cg: KernelCodegen, inst: ins.LoadShared,
+                   choice: LdmatrixChoice) -> list[ir.Value]:
+    """The tile's registers through `ldmatrix` (see `ldmatrix_select`)."""
+    b = cg.b
     asm = _ldmatrix_asm(choice)
     half2 = ir.VectorType(llvm_type(inst.src.dtype), 2)
     values: list[ir.Value] = [None] * cg.layout_of(inst.out).local_size  # type: ignore
-    for k, coord in enumerate(cg.local_parts(addresses)):
-        const = elem * sum(c * u * s for c, u, s in zip(coord, scale, layout.strides))
-        ptr = _swizzled_ptr(cg, layout, b.add(base, _i32(const)))
-        res = b.call(asm, [b.ptrtoint(ptr, I32)])
+    for k, row in enumerate(_matrix_rows(cg, inst.src, inst.offsets, choice)):
+        res = b.call(asm, [row])
         for m in range(choice.num):
             reg = b.extract_value(res, m) if choice.num > 1 else res
             pair = b.bitcast(reg, half2)
             for j in range(2):
                 values[2 * (choice.num * k + m) + j] = b.extract_element(pair, _i32(j))
     return values
+
+
+def _store_stmatrix(cg: KernelCodegen, inst: ins.StoreShared, choice: LdmatrixChoice,
+                    values: list[ir.Value]) -> None:
+    """Store the tile's `values` (one per local) through `stmatrix`: register `m` of
+    instruction `k` holds locals `2 (n k + m)` (low half) and `2 (n k + m) + 1`."""
+    b, n = cg.b, choice.num
+    asm = _stmatrix_asm(choice)
+    half2 = ir.VectorType(llvm_type(inst.dst.dtype), 2)
+    for k, row in enumerate(_matrix_rows(cg, inst.dst, inst.offsets, choice)):
+        regs = [b.bitcast(build_vector(b, values[2 * (n * k + m):2 * (n * k + m) + 2], half2),
+                          I32) for m in range(n)]
+        b.call(asm, [row, *regs])
 
 
 def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
@@ -233,12 +268,18 @@ def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
 
 
 def lower_store_shared(cg: KernelCodegen, inst: ins.StoreShared) -> None:
-    layout, width, ptrs = _register_access(cg, inst, inst.dst, inst.src, inst.offsets)
-    ty = llvm_type(inst.dst.dtype)
-    elem = layout.element_bits // 8
     values = cg.register_values(inst.src)
     if inst.src.dtype != inst.dst.dtype:
         values = [convert_value(cg.b, v, inst.src.dtype, inst.dst.dtype) for v in values]
+    form = inst.lowering
+    if form is not None and form.name == "stmatrix":
+        choice = ldmatrix_form(cg.layout_of(inst.src), form["num"], form["trans"],
+                               form["row_dim"], form["col_dim"])
+        _store_stmatrix(cg, inst, choice, values)
+        return
+    layout, width, ptrs = _register_access(cg, inst, inst.dst, inst.src, inst.offsets)
+    ty = llvm_type(inst.dst.dtype)
+    elem = layout.element_bits // 8
     for g, ptr in enumerate(ptrs):
         chunk = values[g * width:(g + 1) * width]
         if width > 1:

@@ -10,6 +10,11 @@ recorded form:
   `ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (N = 4 where the register count
   allows, else 2, else 1; `.trans` when a register's two halves run along the rows).
   Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
+- `store_shared` of 16-bit elements by the same rule, on sm_90 and later (`arch`):
+  `lowering=stmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
+  `stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (the mirror of `ldmatrix`: each
+  lane addresses one 16-byte row, N registers of two elements a thread; one instruction
+  for what `st.shared.b32` stores in 4 N). Others keep `vector(...)`.
 - `copy_async` in 16-byte chunks: `lowering=cp_async(cache='cg', elements=W, bytes=16,
   whole=..., dim=D)` (`cp.async.cg.shared.global`, bypassing L1); 8- and 4-byte chunks:
   `cp_async(cache='ca', ...)` (the only sizes `.cg` lacks); `D` is the chunk's dimension
@@ -43,6 +48,7 @@ from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
 from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, WGMMA_DTYPES
 from tilevm.backend.passes.plan_shared_memory import shared_plan, tma_ring_bound
 from tilevm.backend.passes.vectorize_memory import chunk_dim
+from tilevm.backend.target import TARGETS
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Const
@@ -54,6 +60,7 @@ from tilevm.layouts.shared_layout import SharedLayout
 TMA_ARCHS = ("sm_90a",)  # where `copy_async` may go through the tensor memory accelerator
 TMA_SWIZZLES = {None: 0, (1, 4, 3): 32, (2, 4, 3): 64, (3, 4, 3): 128}  # ours -> TMA's
 TMA_MAX_BOX = 256
+STMATRIX_SM = 90  # `stmatrix` is in sm_90 and later
 
 
 def select_instructions(program: Program, arch: str | None = None) -> Program:
@@ -62,16 +69,22 @@ def select_instructions(program: Program, arch: str | None = None) -> Program:
     tma = arch in TMA_ARCHS and tma_ring_bound(program) is not None
     launch_views = _launch_invariant_views(program) if tma else set()
 
+    stmatrix = arch is not None and arch in TARGETS and TARGETS[arch].sm >= STMATRIX_SM
+
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
-        if isinstance(inst, ins.LoadShared):
-            alloc = plan.allocations.get(inst.src.name)
+        if isinstance(inst, ins.LoadShared) or (
+                isinstance(inst, ins.StoreShared) and stmatrix
+                and inst.src.dtype == inst.dst.dtype):
+            load = isinstance(inst, ins.LoadShared)
+            shared, tile = (inst.src, inst.out) if load else (inst.dst, inst.src)
+            alloc = plan.allocations.get(shared.name)
             choice = select_ldmatrix(
-                inst.out.layout, inst.src.layout, program.num_threads,
+                tile.layout, shared.layout, program.num_threads,
                 alloc_offset=alloc.offset if alloc else 1,
                 offset_divisors=[point.divisor(o) for o in inst.offsets])
             if choice is not None:
                 return replace(inst, lowering=ins.lowering(
-                    "ldmatrix", num=choice.num, trans=choice.trans,
+                    "ldmatrix" if load else "stmatrix", num=choice.num, trans=choice.trans,
                     row_dim=choice.row_dim, col_dim=choice.col_dim))
         elif isinstance(inst, ins.CopyAsync):
             if inst.lowering is None:

@@ -2,9 +2,12 @@
 must live in files: their source is read): examples/matmul.py with the A and B tiles
 staged through shared memory, so that layout inference gives the `load_shared` outputs
 the mma fragment tilings and the backend selects `ldmatrix` (`.trans` for B, stored
-[k, n] row-major)."""
+[k, n] row-major); and a tile stored from fragment tilings (`stmatrix`)."""
 
 import tilevm as tv
+from tilevm.layouts import local, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b
+from tilevm.layouts.shared_layout import row_major, swizzled
 
 
 @tv.kernel(num_warps=4)
@@ -85,3 +88,19 @@ def matmul_misaligned(a: tv.ptr(tv.f16, const=True), b: tv.ptr(tv.f16, const=Tru
                      acc)
         tv.sync()
     tv.store_global(gc, acc, [m0, n0])
+
+
+@tv.kernel(num_warps=4)
+def store_fragments(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f16), *,
+                    b_fragments: bool = False, swizzle: bool = True):
+    """y = x (a 64 x 64 f16 tile) through shared memory: loaded in mma A (or, with
+    `b_fragments`, B: pairs along the rows) fragment tilings, stored to shared memory
+    (`stmatrix` on sm_90: `.trans` for B), read back row-major."""
+    frag = spatial(1, 4) * local(4, 2) * mma_m16n8k16_b() if b_fragments else \
+        spatial(4, 1) * local(1, 4) * mma_m16n8k16_a()
+    gx, gy = tv.global_view(x, [64, 64]), tv.global_view(y, [64, 64])
+    s = tv.alloc_shared(tv.f16, [64, 64], layout=swizzled([64, 64], tv.f16) if swizzle
+                        else row_major([64, 64], tv.f16))
+    tv.store_shared(s, tv.load_global(gx, [0, 0], [64, 64], layout=frag))
+    tv.sync()
+    tv.store_global(gy, tv.load_shared(s, [0, 0], [64, 64]), [0, 0])
