@@ -176,6 +176,12 @@ def _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
     """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales
     (and zeros) of its group for the columns from `n0` into `ss[buf]` (`zs[buf]`)."""
     tv.copy_async(xs[buf], gxt, [k, m0])
+    copy_scales(ss, zs, buf, gs, gz, n0, k, group_size)
+
+
+def copy_scales(ss, zs, buf, gs, gz, n0, k, group_size):
+    """Start copying the scales (and zeros) of k-tile `k`'s group for the columns from
+    `n0` into `ss[buf]` (`zs[buf]`) (a compile-time helper of the prefill kernels)."""
     tv.copy_async(ss[buf], gs, [n0, k // group_size])
     if zs is not None:
         tv.copy_async(zs[buf], gz, [n0, k // group_size])

@@ -13,7 +13,8 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   `j`'s codes for rows `32 h ..` of the k-tile (one warp a 32 x 32 piece: 128 columns
   with 8 warps and 64-row k-tiles), minus the zero point, times the group's scale
   (rounded once to the activation type), and stores them into the k-tile's shared tile
-  of weights `[bn, bk]` (K-major, 128-byte swizzle: the layout wgmma reads as A);
+  of weights `[bn, bk]` (K-major, 128-byte swizzle: the layout wgmma reads as A; the
+  values in mma fragment order, so the stores are `stmatrix` on sm_90);
 - warpgroup `g`'s wgmmas multiply rows `64 g ..` of that tile (`bn / 64` x 16-row blocks
   over the warps: `acc_layout`) by the k-tile of x^T `[bk, bm]` (copied by `copy_async`,
   `lead` k-tiles ahead, as in `kernels.qmm_wgmma`), `m64n{bm}k16`, accumulating y^T in
@@ -41,7 +42,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
-from tilevm.kernels.qmm_wgmma import block_tile
+from tilevm.kernels.qmm_wgmma import block_tile, copy_scales
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
@@ -105,10 +106,10 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
         # Copy group j: x of k-tile j and the scales (zeros) of k-tile j + 1, which the
         # conversion reads a k-tile ahead of the multiplication.
-        _copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
+        copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
         for first in range(lead):
             tv.copy_async(xs[first], gxt, [first * bk, m0])
-            _copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
+            copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
             tv.copy_async_commit()
         packed = codes_at(0)
         ahead = codes_at(bk)
@@ -129,7 +130,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
                                                   weight_layout, scale_layout, ss, zs))
                 tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
-                _copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
+                copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
                              k + (lead + 1) * bk, group_size)
                 tv.copy_async_commit()
         tv.copy_async_wait(0)
@@ -148,14 +149,6 @@ def _weights(codes, buf, wdtype, act, code_layout, weight_layout, scale_layout, 
     if zs is not None:
         wt = wt - tv.load_shared(zs[buf], [0, 0], [bn, 1], layout=scale_layout)
     return wt * tv.load_shared(ss[buf], [0, 0], [bn, 1], layout=scale_layout)
-
-
-def _copy_scales(ss, zs, buf, gs, gz, n0, k, group_size):
-    """Start copying the scales (and zeros) of k-tile `k`'s group for the columns from
-    `n0` into `ss[buf]` (`zs[buf]`)."""
-    tv.copy_async(ss[buf], gs, [n0, k // group_size])
-    if zs is not None:
-        tv.copy_async(zs[buf], gz, [n0, k // group_size])
 
 
 # for `vmc compile kernels/qmm_wgmma_shared.py:qmm_wgmma_shared_f16 --arch sm_90a`

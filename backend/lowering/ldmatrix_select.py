@@ -74,7 +74,12 @@ class LdmatrixChoice:
 
     @property
     def ptx(self) -> str:
-        return f"ldmatrix.sync.aligned.m8n8.x{self.num}{'.trans' if self.trans else ''}" \
+        return self.mnemonic("ldmatrix")
+
+    def mnemonic(self, op: str) -> str:
+        """The instruction for `op`: `ldmatrix`, or its mirror `stmatrix` (a store of the
+        same matrices from the same registers)."""
+        return f"{op}.sync.aligned.m8n8.x{self.num}{'.trans' if self.trans else ''}" \
             ".shared.b16"
 
 

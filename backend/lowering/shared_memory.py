@@ -183,7 +183,7 @@ def _ldmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
 def _stmatrix_asm(choice: LdmatrixChoice) -> ir.InlineAsm:
     n = choice.num
     regs = ", ".join(f"${i + 1}" for i in range(n))
-    text = f"{choice.ptx.replace('ldmatrix', 'stmatrix')} [$0], {{{regs}}};"
+    text = f"{choice.mnemonic('stmatrix')} [$0], {{{regs}}};"
     constraints = ",".join(["r"] * (n + 1) + ["~{memory}"])
     return ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I32] * (n + 1)), text, constraints,
                         side_effect=True)

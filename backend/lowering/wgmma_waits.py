@@ -21,8 +21,8 @@ Guarantees (`WgmmaWaits`, per instruction, by identity):
 
 How: a forward dataflow of the possible *pending lists* (the shared tiles each group in
 flight reads, oldest first; at most `_DEPTH` named, older ones a wildcard that overlaps
-every tile), joined over branches and iterated to a fixed point over loops; and a backward one
-of the tiles written before the next `sync`. `wait_group n` retires all but the `n`
+every tile), joined over branches and iterated to a fixed point over loops; and a
+backward one of the tiles written before the next `sync`. `wait_group n` retires all but the `n`
 newest groups (groups complete in order), so `keep` is, over the possible lists, the
 fewest newest groups that read none of the bytes about to be written.
 
@@ -42,7 +42,8 @@ from tilevm.ir.stmt import Seq
 from tilevm.ir.types import MemorySpace
 
 _DEPTH = 4  # pending groups tracked by name (wgmma.wait_group takes 0..7)
-_ANY: tuple[str, ...] = ("",)  # a group whose tiles are unknown: overlaps every tile
+_UNKNOWN = ""  # a tile not known by name: overlaps every tile
+_ANY = (_UNKNOWN,)  # a group whose tiles are unknown
 # Groups left in flight once a `dot` has committed its own: the older ones are retired
 # there. Each group in flight pins the registers of its A operand (and ptxas, where the
 # code after a `dot` needs registers that the groups in flight still hold, serializes
@@ -153,7 +154,7 @@ class _Analysis:
 
     def _overlap(self, a: str, b: str) -> bool:
         ra, rb = self.ranges.get(a), self.ranges.get(b)
-        if a == _ANY[0] or ra is None or rb is None:
+        if a == _UNKNOWN or ra is None or rb is None:
             return True
         return ra[0] < rb[1] and rb[0] < ra[1]
 

@@ -48,7 +48,7 @@ from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
 from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, WGMMA_DTYPES
 from tilevm.backend.passes.plan_shared_memory import shared_plan, tma_ring_bound
 from tilevm.backend.passes.vectorize_memory import chunk_dim
-from tilevm.backend.target import TARGETS
+from tilevm.backend.target import target
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Const
@@ -69,7 +69,7 @@ def select_instructions(program: Program, arch: str | None = None) -> Program:
     tma = arch in TMA_ARCHS and tma_ring_bound(program) is not None
     launch_views = _launch_invariant_views(program) if tma else set()
 
-    stmatrix = arch is not None and arch in TARGETS and TARGETS[arch].sm >= STMATRIX_SM
+    stmatrix = arch is not None and target(arch).sm >= STMATRIX_SM
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         if isinstance(inst, ins.LoadShared) or (
