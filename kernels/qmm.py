@@ -215,8 +215,8 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         # groups, statically unrolled: when its k-tiles are a multiple of `prefetch + 1`,
         # the registers a load fills come round to the loop's start without a copy (a
         # copy at the loop's end would wait for the load it copies).
-        w1, w2, w3, w4 = _ahead(codes_at, bk, prefetch)
-        x1, x2, x3, x4 = _ahead(x_at, bk, 0 if x_shared else prefetch)
+        w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)
+        x1, x2, x3, x4 = fetch_ahead(x_at, bk, 0 if x_shared else prefetch)
         if x_shared:
             xs = [tv.alloc_shared(act, [bm, bk]) for _ in range(2)]
             tv.copy_async(xs[0], gx, [m0, 0])
@@ -242,9 +242,9 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
                         tv.copy_async(xs[1 - stage], gx, [m0, k + bk])
                         tv.copy_async_commit()
                     ahead = k + prefetch * bk
-                    packed, w1, w2, w3, w4 = _shift((w1, w2, w3, w4), codes_at(ahead))
+                    packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4), codes_at(ahead))
                     if not x_shared:
-                        xa, x1, x2, x3, x4 = _shift((x1, x2, x3, x4), x_at(ahead))
+                        xa, x1, x2, x3, x4 = shift_ahead((x1, x2, x3, x4), x_at(ahead))
                     if swap_ab:
                         wt = tv.cast(tv.view(packed, wdtype, [bn, bk],
                                              code_layout.permute((1, 0))), act, a_layout,
@@ -330,16 +330,17 @@ def _store_y(y, acc, act, swap_ab: bool, M, N, n0, m0) -> None:
         tv.store_global(tv.global_view(y, [M, N]), tv.cast(acc, act), [m0, n0])
 
 
-def _ahead(fetch, bk: int, n: int) -> tuple:
+def fetch_ahead(fetch, bk: int, n: int) -> tuple:
     """The first `n` k-tiles `fetch(i * bk)`, in four slots (None past `n`; a
-    compile-time helper of `qmm_kernel`)."""
+    compile-time helper of the kernels that keep k-tiles in flight in registers: four
+    names, `w1, w2, w3, w4 = ...`, carried through the main loop)."""
     return tuple(fetch(i * bk) if i < n else None for i in range(4))
 
 
-def _shift(ahead: tuple, later) -> tuple:
+def shift_ahead(ahead: tuple, later) -> tuple:
     """`(first, *rest, later)`: the operands fetched ahead, the first of them taken for
-    use and `later` appended in the first free slot (a compile-time helper of
-    `qmm_kernel`; unused slots stay None)."""
+    use and `later` appended in the first free slot (a compile-time helper, with
+    `fetch_ahead`; unused slots stay None)."""
     filled = [a for a in ahead if a is not None][1:] + [later]
     return (ahead[0], *filled, *[None] * (len(ahead) - len(filled)))
 

@@ -12,8 +12,10 @@ round trip (no ldmatrix, no conversion of x).
 
 - A block has `num_warps` warps (whole warpgroups) and computes `bn = 32 * num_warps`
   columns of y for `bm` rows; warp `j` owns atom `j` of the format (32 columns) and
-  streams its codes from global memory into registers, one k-tile ahead (the format's
-  per-lane order: 16 bytes per lane for int4 and 32 rows of K);
+  streams its codes from global memory into registers, `prefetch` k-tiles ahead (the
+  format's per-lane order: 16 bytes per lane for int4 and 32 rows of K; with `stages`
+  a multiple of `prefetch + 1` the registers come round to the loop's start without
+  copies);
 - the codes are cast to f16/bf16 in `mma` A-fragment order (`a_layout`: warp `j`'s two
   16-column halves of its atom), minus the zero point, times the group's scale (rounded
   once to the activation type, as the weights of an f16 layer are; the scales and zeros
@@ -45,7 +47,13 @@ the group size: a k-tile never straddles two scale groups.
 from functools import cache
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, activation_type, atom_code_layout
+from tilevm.kernels.qmm import (
+    ATOM,
+    activation_type,
+    atom_code_layout,
+    fetch_ahead,
+    shift_ahead,
+)
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
@@ -64,7 +72,7 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
                   *, wdtype: DataType = tv.int4, group_size: int = 128,
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
-                  stages: int = 3, group_m: int = 8, lead: int = 0):
+                  stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -78,6 +86,7 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
         lead = lead or stages - 1
         tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
+        tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         bn = ATOM * num_warps
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                      group_size, group_m)
@@ -103,14 +112,14 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         for first in range(lead):  # (not `s`: a runtime loop would carry it)
             _copy_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, m0, n0, group_size)
             tv.copy_async_commit()
-        ahead = codes_at(0)
+        w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
         scale_layout = a_layout.reduce(1)
         for k0 in tv.range(0, K, stages * bk):
             for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
                 k = k0 + s * bk if s else k0
-                packed = ahead
-                ahead = codes_at(k + bk)
+                packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
+                                                     codes_at(k + prefetch * bk))
                 wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
                              act, a_layout)
                 tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this

@@ -22,8 +22,10 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
 - the pipeline, per k-tile t, in `stages` buffers of x, scales and weights: wait for x
   of t and the scales of t + 1, barrier (every warp's weights of t stored), `dot` on
   k-tile t (its wgmmas run while the rest goes on; the `dot` retires the previous
-  k-tile's), load the codes of t + 2, convert the weights of t + 1 into their buffer,
-  copy x of t + lead and the scales of t + lead + 1. A buffer is rewritten only once the
+  k-tile's), load the codes of t + 1 + `prefetch` (in flight in registers meanwhile: 3
+  in the tuned tiling, which with 4 stages come round to the loop's start without
+  copies), convert the weights of t + 1 into their buffer, copy x of t + lead and the
+  scales of t + lead + 1. A buffer is rewritten only once the
   wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
   keeps the previous k-tile's group in flight across the barrier then; with less room it
   waits, still correct);
@@ -41,7 +43,14 @@ f6e3m2 0.97-1.03x, int8 0.96-1.11x: a tuning candidate beside that kernel's tili
 from functools import cache
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
+from tilevm.kernels.qmm import (
+    ATOM,
+    ATOM_LAYOUT,
+    activation_type,
+    atom_code_layout,
+    fetch_ahead,
+    shift_ahead,
+)
 from tilevm.kernels.qmm_wgmma import block_tile, copy_scales
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
@@ -63,7 +72,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          *, wdtype: DataType = tv.int4, group_size: int = 128,
                          has_zeros: bool = False, bm: int = 256, bk: int = 64,
                          num_warps: int = 8, stages: int = 4, lead: int = 2,
-                         group_m: int = 8):
+                         group_m: int = 8, prefetch: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -82,6 +91,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(1 <= lead <= stages - 2 <= 4,
                          f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
+        tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                      group_size, group_m)
 
@@ -112,7 +122,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
             copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
             tv.copy_async_commit()
         packed = codes_at(0)
-        ahead = codes_at(bk)
+        w1, w2, w3, w4 = fetch_ahead(lambda k: codes_at(bk + k), bk, prefetch)
         tv.copy_async_wait(lead - 1)
         tv.sync()
         tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, code_layout, weight_layout,
@@ -124,8 +134,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.copy_async_wait(lead - 1)  # x of k-tile t, the scales of t + 1 (this
                 tv.sync()  # thread's copies); every warp's weights of t stored
                 acc = tv.dot(ws[s], xs[s], acc)
-                packed = ahead
-                ahead = codes_at(k + 2 * bk)
+                packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
+                                                     codes_at(k + (prefetch + 1) * bk))
                 nxt = (s + 1) % stages
                 tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
                                                   weight_layout, scale_layout, ss, zs))

@@ -19,9 +19,10 @@ operand through `stages` shared-memory buffers: prefill); it takes none of `spli
 Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
-`stages` and `lead`. With `shared_weights` it is `kernels.qmm_wgmma_shared` (the
-converted weights of a k-tile in shared memory, read by every warpgroup's wgmmas: each
-weight converted once per `bm` rows; `lead` 1..stages-2).
+`stages`, `lead` and `prefetch` (k-tiles of weight codes in flight in registers, 1..4).
+With `shared_weights` it is `kernels.qmm_wgmma_shared` (the converted weights of a k-tile
+in shared memory, read by every warpgroup's wgmmas: each weight converted once per `bm`
+rows; `lead` 1..stages-2).
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
@@ -37,9 +38,9 @@ from dataclasses import asdict, dataclass, replace
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped when the
 # candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
-# kernel), so problems tuned over an older space are tuned again instead of keeping a
-# winner among fewer kernels.
-SPACE_VERSION = 3
+# kernel; 4: codes prefetched further ahead in the Hopper kernels), so problems tuned over
+# an older space are tuned again instead of keeping a winner among fewer kernels.
+SPACE_VERSION = 4
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -64,11 +65,12 @@ class Schedule:
         if self.staged and self.wgmma:
             raise ValueError(f"a schedule selects one kernel, staged or wgmma: {self!r}")
         many_rows = self.staged or self.wgmma
-        if many_rows and (self.split_k, self.x_shared, self.prefetch, self.swap_ab,
+        prefetch = 1 if self.wgmma else self.prefetch  # (the wgmma kernels' own)
+        if many_rows and (self.split_k, self.x_shared, prefetch, self.swap_ab,
                           self.unroll) != (1, True, 1, False, 1):
             raise ValueError(f"a {'staged' if self.staged else 'wgmma'} schedule takes bm, "
-                             f"bk, num_warps{', warps_m' if self.staged else ''} and stages "
-                             f"only, got {self!r}")
+                             f"bk, num_warps{', warps_m' if self.staged else ''}, stages"
+                             f"{', lead, prefetch' if self.wgmma else ''} only, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights) and not self.wgmma:
@@ -83,7 +85,7 @@ class Schedule:
                         warps_m=self.warps_m, stages=self.stages)
         if self.wgmma:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
-                        stages=self.stages, lead=self.lead)
+                        stages=self.stages, lead=self.lead, prefetch=self.prefetch)
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights"):
             del table[name]
@@ -94,6 +96,8 @@ class Schedule:
         if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
         if self.wgmma:
+            if not 1 <= self.prefetch <= 4:
+                return False
             if self.shared_weights:  # (8 warps, 64-row k-tiles: 128 columns)
                 columns = 32 * self.num_warps // (self.bk // 32)
                 return self.bk in (32, 64) and self.num_warps % 4 == 0 \
@@ -115,7 +119,8 @@ class Schedule:
         if self.wgmma:
             return (f"wgmma{' shared_weights' if self.shared_weights else ''} bm={self.bm} "
                     f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
-                    f"{f' lead={self.lead}' if self.lead else ''}")
+                    f"{f' lead={self.lead}' if self.lead else ''}"
+                    f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -139,32 +144,36 @@ def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Sched
     return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
-# The Hopper kernel's tilings worth timing (bm, num_warps, stages, lead), from H100
-# sweeps at M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and the 70B layers): 128 rows
-# (128 accumulators per thread; 64- and 96-row tiles lost 10-30%, and 64 rows with
+# The Hopper kernel's tilings worth timing (bm, num_warps, stages, lead, prefetch), from
+# H100 sweeps at M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and the 70B layers): 128
+# rows (128 accumulators per thread; 64- and 96-row tiles lost 10-30%, and 64 rows with
 # three blocks an SM, 168 registers, took 1.17-1.48x the time); x copied one k-tile
 # ahead into 2 stages (the wgmmas wait at each barrier) or one or two ahead into 4,
 # which keeps a k-tile's wgmmas running while the next is converted (each the best on
 # some layers; 0.983x the time of the earlier three tilings,
 # bench/results/qmm_h100_prefill_wgmma_overlap/); 3 stages, or 4 with two warpgroups
-# and the barrier waiting, won no case there.
-WGMMA_TILES = ((128, 4, 2, 0), (128, 4, 4, 1), (128, 4, 4, 2), (128, 8, 4, 1),
-               (128, 8, 4, 2))
-# The shared-weights kernel's (bm, num_warps, stages, lead): 256 rows, 8 warps (128
-# columns), x two k-tiles ahead of four stages (H100: int4 0.90-0.93x the time of the
-# better of (128,4,2) and (128,4,4,2) on four of five layers, the other types 0.96-1.11x;
-# 3 stages one ahead, or 128 rows, 1.3-1.6x; bench/results/
-# qmm_h100_prefill_shared_weights/). With 64-row k-tiles only (32: 256 columns, 256
-# accumulators a thread).
-WGMMA_SHARED_TILES = ((256, 8, 4, 2),)
+# and the barrier waiting, won no case there. The codes one k-tile ahead, and two in
+# (128, 4, 4, 2): int4 0.925x the time of one (0.91-0.94), int3 1.01x, f6e3m2 0.99x,
+# int8 spills (bench/results/qmm_h100_prefill_prefetch/).
+WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8, 4, 1, 1),
+               (128, 8, 4, 2, 1), (128, 4, 4, 2, 2))
+# The shared-weights kernel's (bm, num_warps, stages, lead, prefetch): 256 rows, 8 warps
+# (128 columns), x two k-tiles ahead of four stages (H100: int4 0.90-0.93x the time of
+# the better of (128,4,2) and (128,4,4,2) on four of five layers, the other types
+# 0.96-1.11x; 3 stages one ahead, or 128 rows, 1.3-1.6x; bench/results/
+# qmm_h100_prefill_shared_weights/); the codes three k-tiles ahead (4 stages: the
+# registers come round without copies): against one, int4 0.953x the time, int3 0.970,
+# f6e3m2 0.988, int8 0.992 (204-217 registers; bench/results/qmm_h100_prefill_prefetch/).
+# With 64-row k-tiles only (32: 256 columns, 256 accumulators a thread).
+WGMMA_SHARED_TILES = ((256, 8, 4, 2, 3),)
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
-          shared_weights: bool = False) -> Schedule:
+          prefetch: int = 1, shared_weights: bool = False) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, or with
     `shared_weights` `kernels.qmm_wgmma_shared`)."""
     return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
-                    lead=lead, shared_weights=shared_weights)
+                    lead=lead, prefetch=prefetch, shared_weights=shared_weights)
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -188,13 +197,12 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
     bk = k_tile(group_size)
     found = []
     if M > 64 and hopper:
-        found += [s for s in (wgmma(bm, warps, stages, group_size, lead)
-                              for bm, warps, stages, lead in WGMMA_TILES)
-                  if s.fits(K, group_size)]
-        if k_tile(group_size) == 64:
-            found += [s for s in (wgmma(bm, warps, stages, group_size, lead, True)
-                                  for bm, warps, stages, lead in WGMMA_SHARED_TILES)
-                      if s.fits(K, group_size)]
+        tiles = [wgmma(bm, warps, stages, group_size, lead, prefetch)
+                 for bm, warps, stages, lead, prefetch in WGMMA_TILES]
+        if bk == 64:
+            tiles += [wgmma(bm, warps, stages, group_size, lead, prefetch, shared_weights=True)
+                      for bm, warps, stages, lead, prefetch in WGMMA_SHARED_TILES]
+        found += [s for s in tiles if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:
@@ -256,8 +264,7 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        bm, warps, stages, lead = WGMMA_TILES[0]
-        tile = wgmma(bm, warps, stages, group_size, lead)
+        tile = wgmma(*WGMMA_TILES[0][:3], group_size, *WGMMA_TILES[0][3:])
         if tile.fits(K, group_size):
             return tile
     if M >= STAGED_FROM:

@@ -163,6 +163,11 @@ def _tolerance(x, qw, ref) -> float:
     ("int4", False, wgmma(64, 8, 4, 128, lead=2, shared_weights=True), 70, 200),
     ("uint3", True, wgmma(32, 8, 3, 64, lead=1, shared_weights=True), 17, 264),  # bk 32
     ("f6e3m2", False, wgmma(16, 4, 5, 128, lead=3, shared_weights=True), 9, 72),
+    # the codes several k-tiles ahead (in flight across the loop's back edge, and past K)
+    ("uint4", True, wgmma(32, 4, 4, 64, lead=2, prefetch=2), 40, 96),
+    ("f6e3m2", False, wgmma(16, 4, 2, 128, prefetch=3), 9, 264),
+    ("int3", False, wgmma(64, 8, 4, 128, lead=2, prefetch=3, shared_weights=True), 70, 200),
+    ("uint4", True, wgmma(32, 8, 3, 64, lead=1, prefetch=4, shared_weights=True), 17, 264),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -337,7 +342,10 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32),
                                wgmma(128, 4, 4, 128, lead=2), wgmma(64, 8, 4, 64, lead=1),
                                wgmma(256, 8, 4, 128, lead=2, shared_weights=True),
-                               wgmma(64, 8, 3, 64, lead=1, shared_weights=True)])
+                               wgmma(64, 8, 3, 64, lead=1, shared_weights=True),
+                               wgmma(128, 4, 4, 128, lead=2, prefetch=2),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=3,
+                                     shared_weights=True)])
 def test_gpu_schedules_and_zero_points(s):
     import torch
 
@@ -401,16 +409,22 @@ def test_vmc_compiles_the_library_kernel(tmp_path, capsys):
 
 def test_wgmma_schedules():
     s = wgmma(128, 4, 2, 128)
-    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2, "lead": 0}
+    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2, "lead": 0,
+                             "prefetch": 1}
     assert str(s) == "wgmma bm=128 bk=64 warps=4 stages=2"
     assert str(wgmma(128, 4, 4, 128, lead=2)) == "wgmma bm=128 bk=64 warps=4 stages=4 lead=2"
+    assert str(wgmma(128, 4, 4, 128, lead=2, prefetch=2)) == \
+        "wgmma bm=128 bk=64 warps=4 stages=4 lead=2 prefetch=2"
     assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
+    assert not wgmma(128, 4, 4, 128, prefetch=5).fits(4096, 128)  # 1..4 k-tiles of codes
+    assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
     with pytest.raises(ValueError, match="lead and shared_weights are the wgmma kernel's"):
         Schedule(bm=16, lead=1)
-    shared = wgmma(256, 8, 4, 128, lead=2, shared_weights=True)
-    assert str(shared) == "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2"
+    shared = wgmma(256, 8, 4, 128, lead=2, prefetch=3, shared_weights=True)
+    assert str(shared) == \
+        "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=3"
     assert shared.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
-                                  "lead": 2}
+                                  "lead": 2, "prefetch": 3}
     assert shared.fits(4096, 128) and shared in candidates(4096, 12288, 4096, 128,
                                                             hopper=True)
     assert not wgmma(256, 8, 4, 128, lead=3, shared_weights=True).fits(4096, 128)
