@@ -264,7 +264,8 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        tile = wgmma(*WGMMA_TILES[0][:3], group_size, *WGMMA_TILES[0][3:])
+        bm, warps, stages, lead, prefetch = WGMMA_TILES[0]
+        tile = wgmma(bm, warps, stages, group_size, lead, prefetch)
         if tile.fits(K, group_size):
             return tile
     if M >= STAGED_FROM:
