@@ -22,10 +22,12 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
 - the pipeline, per k-tile t, in `stages` buffers of x, scales and weights: wait for x
   of t and the scales of t + 1, barrier (every warp's weights of t stored), `dot` on
   k-tile t (its wgmmas run while the rest goes on; the `dot` retires the previous
-  k-tile's), load the codes of t + 1 + `prefetch` (in flight in registers meanwhile: 3
-  in the tuned tiling, which with 4 stages come round to the loop's start without
-  copies), convert the weights of t + 1 into their buffer, copy x of t + lead and the
-  scales of t + lead + 1. A buffer is rewritten only once the
+  k-tile's), copy x of t + lead and the scales of t + lead + 1 (right after the `dot`:
+  issued after the conversion instead, the copies took 1.04-1.08x the time, and before
+  the `dot` 1.02x, bench/results/qmm_h100_prefill_copy_order/), load the codes of
+  t + 1 + `prefetch` (in flight in registers meanwhile: 3 in the tuned tiling, which with
+  4 stages come round to the loop's start without copies), convert the weights of t + 1
+  into their buffer. A buffer is rewritten only once the
   wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
   keeps the previous k-tile's group in flight across the barrier then; with less room it
   waits, still correct);
@@ -35,7 +37,9 @@ Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; a
 the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.93x the
 time on 8B qkv and the 70B qkv, o and down layers (1.01x on gate_up); int3 0.99-1.09x,
 f6e3m2 0.97-1.03x, int8 0.96-1.11x: a tuning candidate beside that kernel's tilings
-(bench/results/qmm_h100_prefill_shared_weights/).
+(bench/results/qmm_h100_prefill_shared_weights/). With codes 3 k-tiles ahead and the
+copies right after the `dot`, it beats the (128,4,4,2) tiling by 5-12% for each of the four
+types (bench/results/qmm_h100_prefill_copy_order/).
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -134,15 +138,15 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.copy_async_wait(lead - 1)  # x of k-tile t, the scales of t + 1 (this
                 tv.sync()  # thread's copies); every warp's weights of t stored
                 acc = tv.dot(ws[s], xs[s], acc)
+                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
+                copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
+                             k + (lead + 1) * bk, group_size)
+                tv.copy_async_commit()
                 packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
                                                      codes_at(k + (prefetch + 1) * bk))
                 nxt = (s + 1) % stages
                 tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
                                                   weight_layout, scale_layout, ss, zs))
-                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
-                copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
-                             k + (lead + 1) * bk, group_size)
-                tv.copy_async_commit()
         tv.copy_async_wait(0)
         tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
                         [n0, m0])
