@@ -28,7 +28,7 @@ rows; `lead` 1..stages-2).
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
 when `N / 32` warps are too few), the smallest tile rows that cover M, one k-tile of
 weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
-(`hopper=True`: sm_90a code runs) the wgmma kernel.
+(`hopper=True`: sm_90a code runs) the wgmma kernel, with shared weights from its 256 rows.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from dataclasses import asdict, dataclass, replace
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped when the
 # candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
-# kernel; 4: codes prefetched further ahead in the Hopper kernels), so problems tuned over
-# an older space are tuned again instead of keeping a winner among fewer kernels.
-SPACE_VERSION = 4
+# kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
+# shared-weights kernel only two wgmma tilings), so problems tuned over an older space
+# are tuned again instead of keeping a winner among fewer kernels.
+SPACE_VERSION = 5
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -164,8 +165,12 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # qmm_h100_prefill_shared_weights/); the codes three k-tiles ahead (4 stages: the
 # registers come round without copies): against one, int4 0.953x the time, int3 0.970,
 # f6e3m2 0.988, int8 0.992 (204-217 registers; bench/results/qmm_h100_prefill_prefetch/).
-# With 64-row k-tiles only (32: 256 columns, 256 accumulators a thread).
+# With 64-row k-tiles only (32: 256 columns, 256 accumulators a thread). With its copies
+# issued right after the `dot` it beat every `WGMMA_TILES` tiling at every type measured
+# (int4, int3, f6e3m2, int8; 5-22%, bench/results/qmm_h100_prefill_copy_order/), so where
+# it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2, 3),)
+WGMMA_TILES_BESIDE_SHARED = ((128, 4, 2, 0, 1), (128, 4, 4, 2, 1))
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
@@ -174,6 +179,20 @@ def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
     `shared_weights` `kernels.qmm_wgmma_shared`)."""
     return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights)
+
+
+def wgmma_tile(tile: tuple[int, int, int, int, int], group_size: int, *,
+               shared_weights: bool = False) -> Schedule:
+    """`wgmma` of a `WGMMA_TILES` (or `WGMMA_SHARED_TILES`) entry."""
+    bm, num_warps, stages, lead, prefetch = tile
+    return wgmma(bm, num_warps, stages, group_size, lead, prefetch, shared_weights)
+
+
+def shared_weights_tiles(group_size: int) -> list[Schedule]:
+    """The shared-weights kernel's tilings (`WGMMA_SHARED_TILES`) for this group size:
+    none where its k-tiles would be 32 rows (256 columns, 256 accumulators a thread)."""
+    return [wgmma_tile(t, group_size, shared_weights=True) for t in WGMMA_SHARED_TILES
+            if k_tile(group_size) == 64]
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -197,12 +216,10 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
     bk = k_tile(group_size)
     found = []
     if M > 64 and hopper:
-        tiles = [wgmma(bm, warps, stages, group_size, lead, prefetch)
-                 for bm, warps, stages, lead, prefetch in WGMMA_TILES]
-        if bk == 64:
-            tiles += [wgmma(bm, warps, stages, group_size, lead, prefetch, shared_weights=True)
-                      for bm, warps, stages, lead, prefetch in WGMMA_SHARED_TILES]
-        found += [s for s in tiles if s.fits(K, group_size)]
+        shared = [s for s in shared_weights_tiles(group_size) if s.fits(K, group_size)]
+        beside = WGMMA_TILES_BESIDE_SHARED if shared else WGMMA_TILES
+        found += shared + [s for s in (wgmma_tile(t, group_size) for t in beside)
+                           if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:
@@ -264,10 +281,12 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        bm, warps, stages, lead, prefetch = WGMMA_TILES[0]
-        tile = wgmma(bm, warps, stages, group_size, lead, prefetch)
-        if tile.fits(K, group_size):
-            return tile
+        # The shared-weights kernel where it fits and fills its 256-row tiles (the tuner's
+        # pick at every type measured at M = 4096), else the first wgmma tiling.
+        shared = [s for s in shared_weights_tiles(group_size) if M >= s.bm]
+        for tile in shared[:1] + [wgmma_tile(WGMMA_TILES[0], group_size)]:
+            if tile.fits(K, group_size):
+                return tile
     if M >= STAGED_FROM:
         for tile in (staged(*t) for t in STAGED_TILES[:2]):
             if tile.fits(K, group_size):

@@ -29,11 +29,14 @@ from tilevm.kernels.qmm import (
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import (
+    WGMMA_TILES,
+    WGMMA_TILES_BESIDE_SHARED,
     Schedule,
     candidates,
     default_schedule,
     staged,
     wgmma,
+    wgmma_tile,
 )
 from tilevm.kernels.weights import FRAGMENTS, pack_weights, padded_n, quantize
 
@@ -442,6 +445,15 @@ def test_wgmma_schedules():
     assert found and all(c.wgmma for c in found)
     assert not any(c.wgmma for c in candidates(4096, 12288, 4096, 128))
     assert any(c.wgmma for c in candidates(256, 12288, 4096, 128, hopper=True))
-    assert default_schedule(4096, 12288, 4096, 128, hopper=True).wgmma
+    # Where the shared-weights kernel fits, two wgmma tilings beside it (it beat them all);
+    # with 32-row k-tiles, every wgmma tiling.
+    assert len(found) == 1 + len(WGMMA_TILES_BESIDE_SHARED)
+    assert set(WGMMA_TILES_BESIDE_SHARED) <= set(WGMMA_TILES)
+    assert len(candidates(4096, 12288, 4096, 64, hopper=True)) == len(WGMMA_TILES)
+    assert default_schedule(4096, 12288, 4096, 128, hopper=True) == shared
+    assert default_schedule(4096, 12288, 4096, 64, hopper=True) == \
+        wgmma_tile(WGMMA_TILES[0], 64)
+    assert default_schedule(128, 12288, 4096, 128, hopper=True) == \
+        wgmma_tile(WGMMA_TILES[0], 128)  # 128 rows: a 256-row tile would be half empty
     assert default_schedule(4096, 12288, 4096, 128).staged
     assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma
