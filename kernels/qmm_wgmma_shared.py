@@ -25,9 +25,10 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   k-tile's), copy x of t + lead and the scales of t + lead + 1 (right after the `dot`:
   issued after the conversion instead, the copies took 1.04-1.08x the time, and before
   the `dot` 1.02x, bench/results/qmm_h100_prefill_copy_order/), load the codes of
-  t + 1 + `prefetch` (in flight in registers meanwhile: 3 in the tuned tiling, which with
-  4 stages come round to the loop's start without copies), convert the weights of t + 1
-  into their buffer. A buffer is rewritten only once the
+  t + 1 + `prefetch` (in flight in registers meanwhile; with `prefetch == stages`, the
+  tuned tiling, a whole iteration's codes are fetched at once instead, after its first
+  k-tile's conversion), convert the weights of t + 1 into their buffer. A buffer is
+  rewritten only once the
   wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
   keeps the previous k-tile's group in flight across the barrier then; with less room it
   waits, still correct);
@@ -127,6 +128,12 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
             tv.copy_async_commit()
         packed = codes_at(0)
         w1, w2, w3, w4 = fetch_ahead(lambda k: codes_at(bk + k), bk, prefetch)
+        # With `prefetch == stages` the codes come a loop iteration at a time, fetched
+        # once the iteration's first conversion has read the previous batch. (ptxas
+        # tracks every global load with one scoreboard, so the first use of any code
+        # register waits for all the loads in flight: loads issued one per k-tile were
+        # waited for about one k-tile after they left; a batch gets three.)
+        batch = prefetch == stages
         tv.copy_async_wait(lead - 1)
         tv.sync()
         tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, code_layout, weight_layout,
@@ -142,11 +149,19 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
                              k + (lead + 1) * bk, group_size)
                 tv.copy_async_commit()
-                packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
-                                                     codes_at(k + (prefetch + 1) * bk))
+                if batch:
+                    packed = (w1, w2, w3, w4)[s]
+                else:
+                    packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
+                                                         codes_at(k + (prefetch + 1) * bk))
                 nxt = (s + 1) % stages
                 tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
                                                   weight_layout, scale_layout, ss, zs))
+                if batch and s == 0:  # the next iteration's codes, k-tiles t + 5 ..
+                    n1, n2, n3, n4 = fetch_ahead(
+                        lambda j, k=k: codes_at(k + (stages + 1) * bk + j), bk, stages)
+            if batch:
+                w1, w2, w3, w4 = n1, n2, n3, n4
         tv.copy_async_wait(0)
         tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
                         [n0, m0])

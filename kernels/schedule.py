@@ -39,9 +39,10 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # The version of the schedule space, part of the tuning table's keys: bumped when the
 # candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
 # kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
-# shared-weights kernel only two wgmma tilings), so problems tuned over an older space
-# are tuned again instead of keeping a winner among fewer kernels.
-SPACE_VERSION = 5
+# shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time),
+# so problems tuned over an older space are tuned again instead of keeping a winner
+# among fewer kernels.
+SPACE_VERSION = 6
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -164,12 +165,15 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # 0.96-1.11x; 3 stages one ahead, or 128 rows, 1.3-1.6x; bench/results/
 # qmm_h100_prefill_shared_weights/); the codes three k-tiles ahead (4 stages: the
 # registers come round without copies): against one, int4 0.953x the time, int3 0.970,
-# f6e3m2 0.988, int8 0.992 (204-217 registers; bench/results/qmm_h100_prefill_prefetch/).
+# f6e3m2 0.988, int8 0.992 (204-217 registers; bench/results/qmm_h100_prefill_prefetch/);
+# four, fetched a loop iteration at a time (`prefetch == stages`), against three: int4
+# 0.981x, int3 0.970, f6e3m2 1.005, int8 0.981 (212-233 registers;
+# bench/results/qmm_h100_prefill_copy_order/batch_ab.*).
 # With 64-row k-tiles only (32: 256 columns, 256 accumulators a thread). With its copies
 # issued right after the `dot` it beat every `WGMMA_TILES` tiling at every type measured
 # (int4, int3, f6e3m2, int8; 5-22%, bench/results/qmm_h100_prefill_copy_order/), so where
 # it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
-WGMMA_SHARED_TILES = ((256, 8, 4, 2, 3),)
+WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
 WGMMA_TILES_BESIDE_SHARED = ((128, 4, 2, 0, 1), (128, 4, 4, 2, 1))
 
 

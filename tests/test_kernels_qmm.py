@@ -171,6 +171,9 @@ def _tolerance(x, qw, ref) -> float:
     ("f6e3m2", False, wgmma(16, 4, 2, 128, prefetch=3), 9, 264),
     ("int3", False, wgmma(64, 8, 4, 128, lead=2, prefetch=3, shared_weights=True), 70, 200),
     ("uint4", True, wgmma(32, 8, 3, 64, lead=1, prefetch=4, shared_weights=True), 17, 264),
+    # a loop iteration's codes fetched at once (prefetch == stages), with zero points
+    ("uint4", True, wgmma(64, 8, 4, 128, lead=2, prefetch=4, shared_weights=True), 70, 200),
+    ("f6e3m2", False, wgmma(32, 8, 3, 64, lead=1, prefetch=3, shared_weights=True), 9, 72),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -348,6 +351,8 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                wgmma(64, 8, 3, 64, lead=1, shared_weights=True),
                                wgmma(128, 4, 4, 128, lead=2, prefetch=2),
                                wgmma(256, 8, 4, 128, lead=2, prefetch=3,
+                                     shared_weights=True),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=4,
                                      shared_weights=True)])
 def test_gpu_schedules_and_zero_points(s):
     import torch
@@ -423,11 +428,11 @@ def test_wgmma_schedules():
     assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
     with pytest.raises(ValueError, match="lead and shared_weights are the wgmma kernel's"):
         Schedule(bm=16, lead=1)
-    shared = wgmma(256, 8, 4, 128, lead=2, prefetch=3, shared_weights=True)
+    shared = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True)
     assert str(shared) == \
-        "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=3"
+        "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=4"
     assert shared.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
-                                  "lead": 2, "prefetch": 3}
+                                  "lead": 2, "prefetch": 4}
     assert shared.fits(4096, 128) and shared in candidates(4096, 12288, 4096, 128,
                                                             hopper=True)
     assert not wgmma(256, 8, 4, 128, lead=3, shared_weights=True).fits(4096, 128)
