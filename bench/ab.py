@@ -1,0 +1,124 @@
+"""Same-process A/B timing of prefill kernel variants, for experiments (the archived
+scripts under bench/results/ call it).
+
+`time_variants` takes the variants as a function of the weight type (label -> a
+specialized program of a prefill kernel: `kernels.qmm_wgmma` or
+`kernels.qmm_wgmma_shared`, whose parameters are `x, w, scales, zeros, y, M, N, K`).
+For each layer and weight type it quantizes the same random weights, compiles every
+variant, runs each once and records the sum of its output (equal sums: the variants
+compute the same bits), then times each with the L2 read flush (`qmm.Timer`, median of
+`min_reps` runs). One JSON row per (layer, type) is appended to a file: the `tag`'s
+fields (e.g. a compiler setting the process ran with), `shape`, `dtype`, `us` and
+`sums` per variant. Run a script two or more times, in separate processes: the best
+round of each variant is what `summarize` compares.
+
+    python -m tilevm.bench.ab FILE.jsonl [BASE]
+
+prints, per layer and type, each variant's best time over the baseline's (BASE, a
+variant's label, with the tag as `key=value,...:label` when rows carry one; default:
+the first variant of the first row) with its spread across rounds (max / min), and the
+geomean per type.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from tilevm.bench.qmm import SHAPES, Timer
+from tilevm.dtypes import DataType, parse
+
+Row = dict[str, Any]
+_FIELDS = ("shape", "dtype", "us", "sums")
+
+
+def time_variants(variants: Callable[[DataType], dict[str, Any]], out: str | Path,
+                  shapes: Iterable[str], dtypes: Iterable[str], *, M: int = 4096,
+                  group_size: int = 128, tag: dict[str, Any] | None = None,
+                  min_reps: int = 30) -> list[Row]:
+    """Time `variants(wdtype)` on each layer of `shapes` (names of `qmm.SHAPES`) for each
+    of `dtypes` at M rows of f16 activations; append the rows to `out` and return them."""
+    import torch
+
+    from tilevm.backend.launch import compiled_kernel
+    from tilevm.kernels.weights import quantize
+
+    timer = Timer(min_reps=min_reps, l2_flush="read")
+    rows = []
+    with open(out, "a") as f:
+        for shape in shapes:
+            N, K = SHAPES[shape]
+            torch.manual_seed(0)
+            w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+            x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+            y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+            for name in dtypes:
+                wdtype = parse(name)
+                qw = quantize(w, wdtype, group_size, format="fragments")
+                args = (x, qw.packed, qw.scales, qw.scales, y, M, N, K)
+                us, sums = {}, {}
+                for label, program in variants(wdtype).items():
+                    kernel = compiled_kernel(program)
+                    y.zero_()
+                    kernel(*args)
+                    torch.cuda.synchronize()
+                    sums[label] = float(y.double().sum())
+                    us[label] = round(timer(lambda k=kernel, a=args: k(*a))[0] * 1e6, 1)
+                row = {**(tag or {}), "shape": shape, "dtype": name, "us": us, "sums": sums}
+                print(json.dumps(row), flush=True)
+                f.write(json.dumps(row) + "\n")
+                rows.append(row)
+    return rows
+
+
+def variant_key(row: Row, label: str) -> str:
+    """A variant's name across rows: its label, after the row's tag (`key=value,...:`)."""
+    tag = ",".join(f"{k}={v}" for k, v in row.items() if k not in _FIELDS)
+    return f"{tag}:{label}" if tag else label
+
+
+def summarize(rows: list[Row], base: str | None = None) -> list[str]:
+    """The lines `python -m tilevm.bench.ab` prints (see the module docstring). Raises
+    ValueError where a row's variants disagree on their output."""
+    times: dict[tuple[str, str, str], list[float]] = collections.defaultdict(list)
+    for row in rows:
+        if len(set(row["sums"].values())) > 1:
+            raise ValueError(f"variants disagree on {row['shape']} {row['dtype']}: "
+                             f"{row['sums']}")
+        for label, us in row["us"].items():
+            times[(row["shape"], row["dtype"], variant_key(row, label))].append(us)
+    if base is None:
+        base = variant_key(rows[0], next(iter(rows[0]["us"])))
+    keys = list(dict.fromkeys(k for *_, k in times))
+    lines = []
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        ratios = collections.defaultdict(list)
+        for shape in dict.fromkeys(r["shape"] for r in rows if r["dtype"] == dtype):
+            ref = min(times[(shape, dtype, base)])
+            cells = []
+            for key in keys:
+                t = times.get((shape, dtype, key))
+                if t:
+                    ratios[key].append(min(t) / ref)
+                    cells.append(f"{key} {min(t) / ref:.3f} ({max(t) / min(t):.2f})")
+            lines.append(f"{shape} {dtype} {ref} us: " + ", ".join(cells))
+        lines.append(f"{dtype} geomean: " + ", ".join(
+            f"{k} {math.exp(sum(map(math.log, v)) / len(v)):.3f}" for k, v in ratios.items()))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not 1 <= len(args) <= 2:
+        raise SystemExit("usage: python -m tilevm.bench.ab FILE.jsonl [BASE]")
+    rows = [json.loads(line) for line in open(args[0]) if line.strip()]
+    print("\n".join(summarize(rows, args[1] if len(args) > 1 else None)))
+
+
+if __name__ == "__main__":
+    main()
