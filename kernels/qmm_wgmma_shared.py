@@ -23,8 +23,8 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   of t and the scales of t + 1, barrier (every warp's weights of t stored), `dot` on
   k-tile t (its wgmmas run while the rest goes on; the `dot` retires the previous
   k-tile's), copy x of t + lead and the scales of t + lead + 1 (right after the `dot`:
-  issued after the conversion instead, the copies took 1.04-1.08x the time, and before
-  the `dot` 1.02x, bench/results/qmm_h100_prefill_copy_order/), load the codes of
+  issued after the conversion instead, the kernel took 1.03-1.08x the time, and before
+  the `dot` 1.01-1.07x, bench/results/qmm_h100_prefill_copy_order/), load the codes of
   t + 1 + `prefetch` (in flight in registers meanwhile; with `prefetch == stages`, the
   tuned tiling, a whole iteration's codes are fetched at once instead, after its first
   k-tile's conversion), convert the weights of t + 1 into their buffer. A buffer is
@@ -39,8 +39,8 @@ the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.
 time on 8B qkv and the 70B qkv, o and down layers (1.01x on gate_up); int3 0.99-1.09x,
 f6e3m2 0.97-1.03x, int8 0.96-1.11x: a tuning candidate beside that kernel's tilings
 (bench/results/qmm_h100_prefill_shared_weights/). With codes 3 k-tiles ahead and the
-copies right after the `dot`, it beats the (128,4,4,2) tiling by 5-12% for each of the four
-types (bench/results/qmm_h100_prefill_copy_order/).
+copies right after the `dot`, it beats the (128,4,4,2) tiling by 5-19% on every layer
+for each of the four types (bench/results/qmm_h100_prefill_copy_order/).
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
