@@ -9,13 +9,12 @@ cuBLAS fp16/bf16 (`torch.matmul`) and, where it imports, the Triton low-bit matm
 - each kernel's output buffer is poisoned with NaN, the kernel is run on fresh random
   inputs and checked against a float64 reference `x @ dequantize(W)` computed on the GPU;
   a failed check is reported and not timed;
-- timing is the median of >= 100 runs of `triton.testing.do_bench` (which flushes L2
-  between runs) when Triton imports, else of CUDA-event-timed runs with an explicit
-  256 MB L2 flush before each run: no weight is served from L2. A launch whose host
-  submission outlasts the flush (tilevm's Python launch path, ~250 us on the H100
-  machine) would have its host time counted by do_bench; it is timed with CUDA events
-  behind a GPU sleep instead (see `Timer`), and each row records its method and the
-  host time per launch. `--l2-flush read` reads the flush buffer instead of writing
+- timing is the median of >= 100 CUDA-event-timed runs, each behind a GPU sleep and a
+  256 MB L2 flush (no weight is served from L2), every kernel of a run alike: the sleep
+  outlasts the host's submission, so a launch's host time (tilevm's Python launch path
+  checks its arguments) is not counted (see `Timer`; `triton.testing.do_bench` only
+  where torch has no GPU sleep). Each row records its method and the host time per
+  launch. `--l2-flush read` reads the flush buffer instead of writing
   it (every run timed with events): the write flush leaves L2 dirty, and a kernel that
   reads B bytes then also waits for up to min(B, L2 size) bytes of write-back;
 - the two ceilings are measured in the same run: device-to-device copy bandwidth
@@ -126,6 +125,7 @@ def tolerance(backend: str, act: str) -> float:
     return TOLERANCE[act] * BACKEND_TOLERANCE_FACTOR.get(backend, 1.0)
 MIN_REPS = 100
 FLUSH_BYTES = 256 << 20
+SLEEP_S = 100e-6  # the GPU sleep before every timed run's flush (Timer)
 
 
 # ---- options ----------------------------------------------------------------------------
@@ -506,13 +506,17 @@ def _torch_dtype(act: str):
 class Timer:
     """Median kernel time in seconds, L2 flushed before every timed run.
 
-    `triton.testing.do_bench` (when Triton imports) times what the GPU does between two
-    events recorded around the launch; when the host takes longer to submit the launch
-    than the GPU takes to flush L2 (tilevm's Python launch path checks its arguments),
-    the GPU idles between the events and that time counts as the kernel's. So a launch
-    whose host time exceeds half the flush is instead timed with CUDA events behind a
-    GPU sleep (`torch.cuda._sleep`) longer than the host's submission, which keeps the
-    GPU busy until the launch is queued: the events then bracket the kernel alone.
+    Every run is timed with CUDA events behind a GPU sleep (`torch.cuda._sleep`, at
+    least `SLEEP_S` and twice the host's submission time): the sleep keeps the GPU busy
+    until the flush, the events and the launch are queued, so the events bracket the
+    kernel alone, however long the host takes to submit it (tilevm's Python launch path
+    checks its arguments). `triton.testing.do_bench` serves only where torch has no
+    sleep: it records its events around the launch right after its flush, so a launch
+    that takes the host longer than the flush counts the GPU's idle wait as the
+    kernel's. (Until 2026-11-22 the method was chosen per launch by its host time, and
+    one run mixed the two: do_bench measured the same kernels 3-10% slower than the
+    events, bench/results/qmm_h100_timer_methods/, so cells of one table were not
+    comparable.)
 
     `l2_flush`: how L2 is emptied. "write" zeroes a 256 MB buffer (do_bench's own flush).
     That leaves L2 full of dirty lines, which the timed kernel's reads then evict and
@@ -533,20 +537,19 @@ class Timer:
         self.l2_flush = l2_flush
         flush = f"{FLUSH_BYTES >> 20} MB L2 flush per run ({l2_flush})"
         self._do_bench: Callable | None = None
-        self.method = f"CUDA events behind a GPU sleep, median, {flush}"
-        if l2_flush == "write":
+        self.method = (f"CUDA events behind a GPU sleep of at least {SLEEP_S * 1e6:.0f} us, "
+                       f"median, {flush}")
+        if l2_flush == "write" and not hasattr(torch.cuda, "_sleep"):
             try:
                 from triton.testing import do_bench
                 self._do_bench = do_bench
                 self.method = "triton.testing.do_bench(return_mode='median'), L2 flushed " \
-                              "per run; launches with host time > flush/2: CUDA events " \
-                              f"behind a GPU sleep, {flush}"
+                              "per run (no GPU sleep in this torch)"
             except Exception:  # no Triton: CUDA events and our own flush
                 pass
         # Writing (or reading) this buffer evicts everything else from L2 (50 MB on an
         # H100).
         self._flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self.flush_s = self._gpu_seconds(self.flush, 10)
 
     def flush(self) -> None:
         """Empty L2 (see the class docstring)."""
@@ -588,12 +591,9 @@ class Timer:
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, int, str]:
         """(median seconds, number of timed runs, method: "do_bench" or "events")."""
-        import torch
-
         est, host = self._estimate(fn)
         est = max(est, 1e-6)
-        can_sleep = hasattr(torch.cuda, "_sleep")
-        if self._do_bench is not None and (host < 0.5 * self.flush_s or not can_sleep):
+        if self._do_bench is not None:  # (torch has no GPU sleep)
             # do_bench runs rep / (its own estimate of one flushed run) times: ask for
             # enough milliseconds that this is at least min_reps (+10% margin).
             rep_ms = max(100.0, 1.1 * self.min_reps * est * 1e3)
@@ -607,8 +607,10 @@ class Timer:
         reps = max(self.min_reps, min(1000, int(0.1 / est)))
         for _ in range(max(3, min(100, int(0.025 / est)))):  # warm-up: clocks, driver
             fn()
-        # Sleep twice the host's submission time (at ~2 GHz; a slower clock sleeps longer).
-        cycles = int(max(2 * host, 20e-6) * 2e9)
+        # Sleep twice the host's submission time, and at least SLEEP_S, so that every
+        # kernel a table compares starts after the same idle time (at ~2 GHz; a slower
+        # clock sleeps longer).
+        cycles = int(max(2 * host, SLEEP_S) * 2e9)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         sleep = getattr(torch.cuda, "_sleep", lambda cycles: None)
