@@ -514,7 +514,7 @@ class Timer:
     sleep: it records its events around the launch right after its flush, so a launch
     that takes the host longer than the flush counts the GPU's idle wait as the
     kernel's. (Until 2026-11-22 the method was chosen per launch by its host time, and
-    one run mixed the two: do_bench measured the same kernels 3-10% slower than the
+    one run mixed the two: do_bench measured the same kernels 2-7% slower than the
     events, bench/results/qmm_h100_timer_methods/, so cells of one table were not
     comparable.)
 
