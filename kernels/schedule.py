@@ -174,7 +174,7 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # (int4, int3, f6e3m2, int8; 5-22%, bench/results/qmm_h100_prefill_copy_order/), so where
 # it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
-WGMMA_TILES_BESIDE_SHARED = ((128, 4, 2, 0, 1), (128, 4, 4, 2, 1))
+WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,4,4,2)
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
