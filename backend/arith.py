@@ -88,13 +88,14 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     """`count` low-bit codes held packed in i32 `words` (code `l` at bits `[l*b, (l+1)*b)`)
     -> `dst` values, bit-identical to `convert_value` on each code. Into f16/bf16
     (`pairs_convert`) two codes go through one `<2 x half|bfloat>` float op
-    (`conversions.emit_convert_pair`): for b in {1, 2, 4, 8} and whole words, codes `j`
-    and `j + 16/b` of a word (16 bits apart: both in their lanes after one shift);
-    otherwise consecutive codes, both in their lanes after a funnel shift, a shift and
-    a merge. Either lanes word serves every pair up to `max_pair_offset` bits above its
-    start. An odd last code is converted alone. `exponent`: the values times
-    2^exponent, in the pair's own float op where `conversions.takes_exponent`, else
-    through f32 (`convert_scaled`)."""
+    (`conversions.emit_convert_pair`): the codes `lane_pairs` gives, whose bits lie 16
+    (mod 32) apart, so that both sit at one offset of a low and a high 16-bit lane (for
+    b in {1, 2, 4, 8} in one word: one shift; otherwise one merge of two words, shared
+    by their pairs); where the codes are not whole blocks of those pairs, consecutive
+    codes out of 32-bit windows. A lanes word serves every pair up to
+    `max_pair_offset` bits above its start. An odd last code is converted alone.
+    `exponent`: the values times 2^exponent, in the pair's own float op where
+    `conversions.takes_exponent`, else through f32 (`convert_scaled`)."""
     from tilevm.backend.lowering.bitcast import extract_bits, from_bits  # (imports arith)
 
     bits = src.bits
@@ -105,32 +106,23 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
     if not (pairs_convert(src, dst) and conversions.takes_exponent(src, dst, exponent)):
         return [convert_scaled(b, from_bits(b, code(l), src), src, dst, exponent)
                 for l in range(count)]
-    per_word = 32 // bits
-    if 16 % bits == 0 and count % per_word == 0:
-        # Codes j and j + 16/b of a word are 16 bits apart: after one shift of the word
-        # both sit at the same offset of their lanes.
-        half = per_word // 2
-        pairs = [(w * per_word + j, w * per_word + j + half)
-                 for w in range(count // per_word) for j in range(half)]
-        reach = conversions.max_pair_offset(src, dst)
+    reach = conversions.max_pair_offset(src, dst)
+    paired = lane_pairs(bits, count)
+    if paired is not None:
+        return _convert_lane_pairs(b, words, paired, src, dst, exponent, reach)
+    # Consecutive codes l, l + 1, from a 32-bit window `v` of the packed bits that
+    # starts at or below code l: `(v & 0xFFFF) | v << (16 - b)` holds v's bits 0-15
+    # in the low lane and bits b to b + 15 in the high one, so code l + 1 sits in its
+    # lane at the same offset as code l in its own. (The shifted copy also leaves v's
+    # lowest b bits at the top of the low lane: an offset up to 16 - 2b keeps them
+    # clear of code l.) A window costs a (funnel) shift, a shift and one merge.
+    pairs = [(l, l + 1) for l in range(0, count - 1, 2)]
+    reach = min(reach, 16 - 2 * bits)
 
-        def lanes_at(start: int) -> ir.Value:
-            w, r = divmod(start, 32)
-            return b.lshr(words[w], ir.Constant(I32, r)) if r else words[w]
-    else:
-        # Consecutive codes l, l + 1, from a 32-bit window `v` of the packed bits that
-        # starts at or below code l: `(v & 0xFFFF) | v << (16 - b)` holds v's bits 0-15
-        # in the low lane and bits b to b + 15 in the high one, so code l + 1 sits in its
-        # lane at the same offset as code l in its own. (The shifted copy also leaves v's
-        # lowest b bits at the top of the low lane: an offset up to 16 - 2b keeps them
-        # clear of code l.) A window costs a (funnel) shift, a shift and one merge.
-        pairs = [(l, l + 1) for l in range(0, count - 1, 2)]
-        reach = min(conversions.max_pair_offset(src, dst), 16 - 2 * bits)
-
-        def lanes_at(start: int) -> ir.Value:
-            v = _window(b, words, start)
-            return b.or_(b.and_(v, ir.Constant(I32, 0xFFFF)),
-                         b.shl(v, ir.Constant(I32, 16 - bits)))
+    def lanes_at(start: int) -> ir.Value:
+        v = _window(b, words, start)
+        return b.or_(b.and_(v, ir.Constant(I32, 0xFFFF)),
+                     b.shl(v, ir.Constant(I32, 16 - bits)))
     # One lanes word serves every later pair whose first code lies up to `reach` bits
     # above its start (the rule reads a code at an offset): into f16, one shift of a
     # word serves two pairs of int4 and five of int2, one window two pairs of int3.
@@ -150,6 +142,71 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
                                    for j in (0, 1))
     if count % 2 and out[-1] is None:
         out[-1] = convert_scaled(b, from_bits(b, code(count - 1), src), src, dst, exponent)
+    return out  # type: ignore[return-value]
+
+
+def lane_pairs(bits: int, count: int) -> list[tuple[int, int]] | None:
+    """The codes `convert_packed` converts together, for `count` codes of `bits` bits
+    packed from bit 0 of whole 32-bit words: code p with code p + d, the first half of
+    each block of 2d codes with the second, where d * b = 16 (mod 32). Their bits lie
+    16 + 32m apart (m = (d * b - 16) / 32: 0 for b in {1, 2, 4, 8}, whose pairs share a
+    word), so the two codes sit at the same offset in a low and a high 16-bit lane.
+    None when the codes are not whole blocks."""
+    d = next(d for d in range(1, 33) if d * bits % 32 == 16)
+    if count % (2 * d):
+        return None
+    return [(base + j, base + d + j) for base in range(0, count, 2 * d) for j in range(d)]
+
+
+def _convert_lane_pairs(b: ir.IRBuilder, words: list[ir.Value],
+                        pairs: list[tuple[int, int]], src: DataType, dst: DataType,
+                        exponent: int, reach: int) -> list[ir.Value]:
+    """`convert_packed` of `lane_pairs`. When the two codes lie inside their lanes (at
+    offset `at` of each), one operation makes the lanes word: none when they share a
+    word, an AND-OR of the first's low lane and the second's high one, or a funnel shift
+    when the first is in a high lane (its word's high half, its partner's word's low
+    half, swapped); that word, shifted down to a start, serves every later pair of the
+    same two words up to `reach` bits above the start. A code that crosses a lane
+    boundary comes with its partner out of two 32-bit windows."""
+    bits = src.bits
+    plan = []  # (first, second, lanes key, offset in the lanes word)
+    starts: dict[tuple[int, int, bool], int] = {}  # the last start per pair of words
+    for first, second in pairs:
+        w_first, at = divmod(first * bits, 32)
+        w_second = second * bits // 32
+        if at % 16 + bits <= 16:
+            words_key = (w_first, w_second, at < 16)  # (and whether first is in a low lane)
+            at %= 16
+            start = starts.get(words_key)
+            if start is None or at - start > reach:
+                start = starts[words_key] = at
+            plan.append((first, second, (*words_key, start), at - start))
+        else:
+            plan.append((first, second, (first * bits, second * bits), 0))
+
+    def lanes_of(key: tuple[int, ...]) -> ir.Value:
+        if len(key) == 2:  # two windows, each code at the bottom of its lane
+            return b.or_(b.and_(_window(b, words, key[0]), ir.Constant(I32, 0xFFFF)),
+                         b.shl(_window(b, words, key[1]), ir.Constant(I32, 16)))
+        w_first, w_second, low_first, start = key
+        if w_first == w_second:
+            word = words[w_first]
+        elif low_first:
+            word = b.or_(b.and_(words[w_first], ir.Constant(I32, 0xFFFF)),
+                         b.and_(words[w_second], ir.Constant(I32, 0xFFFF0000)))
+        else:
+            fshr = intrinsic(b, "llvm.fshr", I32, [I32], [I32, I32, I32])
+            word = b.call(fshr, [words[w_second], words[w_first], ir.Constant(I32, 16)])
+        return b.lshr(word, ir.Constant(I32, start)) if start else word
+
+    # All lanes words first, then the conversions (see `convert_packed`).
+    lanes = {key: lanes_of(key) for key in dict.fromkeys(k for _, _, k, _ in plan)}
+    out: list[ir.Value | None] = [None] * (2 * len(pairs))
+    for first, second, key, offset in plan:
+        pair = conversions.emit_convert_pair(b, lanes[key], src, dst, offset=offset,
+                                             exponent=exponent)
+        out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
+                                   for j in (0, 1))
     return out  # type: ignore[return-value]
 
 

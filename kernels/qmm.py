@@ -54,6 +54,7 @@ import numpy as np
 
 from tilevm import dtypes
 from tilevm.backend import conversions
+from tilevm.backend.arith import lane_pairs
 from tilevm.dtypes import DataType
 from tilevm.layouts import RegisterLayout, local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
@@ -69,21 +70,17 @@ def storage_order(bits: int) -> np.ndarray:
     """`order[s]`: which code of a lane's run (in `ATOM_LAYOUT`'s register order) the
     format stores at position `s` (the `s`-th b-bit field of the lane's `4 * b` bytes).
 
-    A `cast` to f16/bf16 converts two codes with one f16x2 operation; for b in {1, 2,
-    4, 8} it takes codes `j` and `j + 16/b` of each 32-bit word (16 bits apart: one
-    shift and one AND put both in their halves; `backend.arith.convert_packed`). The
-    two values of an mma register are register-order codes `2i` and `2i + 1`, so the
-    format stores those two half a word apart: then each converted pair is one mma
-    register, with no re-packing (`prmt`) of converted halves. Other widths convert
-    consecutive codes, which are already the register pairs: the identity."""
-    order = np.arange(ATOM)
-    if 16 % bits:
-        return order
-    per_word = 32 // bits
-    half = per_word // 2
-    p = np.arange(per_word)
-    in_word = np.where(p < half, 2 * p, 2 * (p - half) + 1)  # position -> register code
-    return (order // per_word) * per_word + in_word[order % per_word]
+    A `cast` to f16/bf16 converts two codes with one f16x2 operation, the pairs of
+    positions `backend.arith.lane_pairs` gives: codes whose bits lie 16 (mod 32) apart,
+    one in a low 16-bit lane, the other at the same offset in a high one (for b in {1,
+    2, 4, 8} in the same word: one shift and one AND put both in their lanes). The two
+    values of an mma register are register-order codes `2i` and `2i + 1`, so the format
+    stores those at pair i's positions: then each converted pair is one mma register,
+    with no re-packing (`prmt`) of converted halves."""
+    order = np.empty(ATOM, dtype=np.int64)
+    for i, (first, second) in enumerate(lane_pairs(bits, ATOM)):
+        order[first], order[second] = 2 * i, 2 * i + 1
+    return order
 
 
 @cache
@@ -357,8 +354,8 @@ def fragment_order(codes, bits: int):
     """`codes[K, N]` (K, N multiples of 32; numpy or torch) of `bits`-bit codes ->
     `[K/32, N/32, 32, 32]`: for each 32 x 32 atom (row-major over the atoms), lane `t`'s
     32 codes in the format's storage order (`atom_code_layout(bits)`: its register order,
-    `ATOM_LAYOUT`, with each mma register's two codes half a 32-bit word apart for b in
-    {1, 2, 4, 8}). The "fragments" weight format packs each such run of 32 codes
+    `ATOM_LAYOUT`, with each mma register's two codes at the positions a conversion
+    pairs, `storage_order`). The "fragments" weight format packs each such run of 32 codes
     (`kernels.weights`), so a lane's load brings exactly its B fragments."""
     K, N = (int(s) for s in codes.shape)
     if K % ATOM or N % ATOM:

@@ -20,7 +20,7 @@ from kernel_harness import run_both
 
 import tilevm as tv
 from tilevm.backend import conversions as cv
-from tilevm.backend.arith import convert_packed, convert_value, pairs_convert
+from tilevm.backend.arith import convert_packed, convert_value, lane_pairs, pairs_convert
 from tilevm.backend.lowering.bitcast import extract_bits, from_bits
 from tilevm.backend.pipeline import compile_program
 from tilevm.dtypes import decode, lowbit_dtypes, pack, parse
@@ -84,17 +84,27 @@ def test_inexact_casts_are_not_paired(src):
     assert not pairs_convert(src, parse("f32"))
 
 
-COUNTS = (32, 3)  # codes per record: whole words (b | 16: pairs 16/b apart), and odd
+COUNTS = (32, 3)  # codes per record: whole blocks of `lane_pairs`, and odd
 
 
 def _pairing(count: int, bits: int) -> list[tuple[int, ...]]:
     """The codes `convert_packed` converts together (its documented rule)."""
-    per_word = 32 // bits
-    if 16 % bits == 0 and count % per_word == 0:
-        half = per_word // 2
-        return [(w * per_word + j, w * per_word + j + half)
-                for w in range(count // per_word) for j in range(half)]
+    pairs = lane_pairs(bits, count)
+    if pairs is not None:
+        return pairs
     return [(l, l + 1) for l in range(0, count - 1, 2)] + ([(count - 1,)] if count % 2 else [])
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_lane_pairs_put_a_pair_16_bits_apart_in_lanes(bits):
+    """Each code once; a pair's bits 16 (mod 32) apart, so that the two sit at one offset
+    of a low and a high lane; within one word for b in {1, 2, 4, 8}; whole blocks only."""
+    pairs = lane_pairs(bits, 32)
+    assert sorted(c for pair in pairs for c in pair) == list(range(32))
+    assert all((second - first) * bits % 32 == 16 for first, second in pairs)
+    if 16 % bits == 0:
+        assert all(first * bits // 32 == second * bits // 32 for first, second in pairs)
+    assert lane_pairs(bits, 3) is None
 
 
 def _records(src, count: int) -> np.ndarray:
@@ -172,28 +182,24 @@ def test_paired_cast_is_bit_identical_to_per_element(pairs_jit, src, dst, count)
     assert np.array_equal(np.signbit(as_float), np.signbit(want))
 
 
-@pytest.mark.parametrize("src, dst, windows", [
-    ("int3", "f16", 8),  # 16 pairs, two per window (offsets 0 and 6 of reach 7)
-    ("int3", "bf16", 16),  # reach 4: one pair per window
-    ("uint3", "f16", 8),
-    ("int6", "f16", 16),
-])
-def test_consecutive_pairs_share_windows(src, dst, windows):
-    """Codes that do not pair 16 bits apart (b = 3, 5, 6, 7) come out of 32-bit windows of
-    the packed bits, each serving every pair within its reach: one `shl` by 16 - b per
-    window, and the pairs' float ops, in the IR `convert_packed` emits for 32 codes.
-    (Integer codes: the float rule's own shifts would count too.)"""
-    src, dst = parse(src), parse(dst)
-    module = host_module("windows")
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I32] * src.bits), "f")  # 32 codes
+def test_odd_widths_share_lanes_words():
+    """For b in {3, 5, 6, 7} a pair's codes lie in different words: when both lie inside
+    their lanes one AND-OR of two words (or, when the first is in a high lane, one funnel
+    shift) makes the lanes word, shared by the pairs of the same two words; a pair with a
+    code across a lane boundary comes out of two windows (a shift by 16 merges them).
+    f6e3m2 -> f16, 32 codes (two blocks of 8 pairs): per block 6 pairs in lanes, served
+    by two AND-OR merges and one swap, and 2 pairs out of windows; one float op a pair."""
+    src, dst = parse("f6e3m2"), parse("f16")
+    module = host_module("lanes")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I32] * src.bits), "f")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     values = convert_packed(b, list(fn.args), 32, src, dst)
     b.ret_void()
     text = str(fn)
     assert len(values) == 32
-    assert len(re.findall(rf'= shl i32 %"?[.\w]+"?, {16 - src.bits}\b', text)) == windows
-    ty = str(cv.float_ir_type(dst))
-    assert _float_ops(text, ty) == (16 * cv.conversion_rule(src, dst).float_ops, 0)
+    assert len(re.findall(r"= and i32 .*, 4294901760\b", text)) == 4  # merges' high lanes
+    assert len(re.findall(r"= shl i32 .*, 16\b", text)) == 4  # pairs out of windows
+    assert _float_ops(text, "half") == (16 * cv.conversion_rule(src, dst).float_ops, 0)
 
 
 @pytest.mark.gpu

@@ -51,14 +51,15 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 def test_each_lane_gets_its_mma_b_fragments(bits):
     """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j) in row-major
     order, the B elements (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's
-    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second). For b in
-    {1, 2, 4, 8} the run stores each register's two codes half a 32-bit word apart (the
-    codes a conversion pairs); other widths keep the register order."""
+    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second). The run
+    stores each register's two codes where a conversion pairs them (`lane_pairs`: d
+    codes apart, d * b = 16 mod 32, the first half of each block of 2d with the second;
+    for b in {1, 2, 4, 8} half a 32-bit word apart)."""
     K, N = 64, 96
     codes = np.arange(K * N).reshape(K, N)
     ordered = fragment_order(codes, bits)
     assert ordered.shape == (K // ATOM, N // ATOM, 32, 32)
-    per_word = 32 // bits
+    d = next(d for d in range(1, 33) if d * bits % 32 == 16)
     for ak in range(K // ATOM):
         for an in range(N // ATOM):
             for lane in range(32):
@@ -66,12 +67,9 @@ def test_each_lane_gets_its_mma_b_fragments(bits):
                 want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
                         for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
                 run = list(ordered[ak, an, lane])
-                if 16 % bits:
-                    assert run == want
-                    continue
-                for word in range(ATOM // per_word):  # [w0 w2 w4 ... | w1 w3 w5 ...]
-                    mine = want[word * per_word:(word + 1) * per_word]
-                    assert run[word * per_word:(word + 1) * per_word] == mine[0::2] + mine[1::2]
+                for block in range(0, ATOM, 2 * d):  # [r0 r2 r4 ... | r1 r3 r5 ...]
+                    mine = want[block:block + 2 * d]
+                    assert run[block:block + 2 * d] == mine[0::2] + mine[1::2]
     assert np.array_equal(fragment_order_inverse(ordered, bits), codes)
 
 

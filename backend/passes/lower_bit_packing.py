@@ -17,9 +17,10 @@ move:
   same words. To f16/bf16: `lowering=paired_rule(bits=b)`: codes are cut
   out of the words two at a time into the two 16-bit lanes of one i32 and converted by
   the generic rule of `conversions` (integer ops, then ONE `<2 x half|bfloat>` float op
-  per pair); for b in {1, 2, 4, 8} the two codes are `16 / b` positions apart in the
-  same word, so one shift and one AND place both. To f32 or to an integer type:
-  `lowering=per_element_rule` (one conversion per code).
+  per pair); the two codes lie 16 (mod 32) bits apart (`arith.lane_pairs`), at one
+  offset of a low and a high lane: for b in {1, 2, 4, 8} in the same word, so one shift
+  and one AND place both, otherwise one merge of two words serves several pairs. To f32
+  or to an integer type: `lowering=per_element_rule` (one conversion per code).
 
 A packed tile lives in `ceil(local_size * b / 32)` registers instead of `local_size`:
 an int4 weight tile of 32 codes per thread is 4 registers, not 32.
