@@ -31,10 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
+from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
-from tilevm.kernels.schedule import SPACE_VERSION, Schedule, candidates, default_schedule
+from tilevm.kernels.schedule import (
+    SPACE_VERSION,
+    Schedule,
+    candidates,
+    default_schedule,
+    k_tile,
+)
 from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
@@ -87,6 +94,15 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
     K, N = qw.shape
     M = x.shape[0]
     zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
+    if s.dequant:
+        import torch
+
+        # W^T, dequantized: a workspace of the call (torch's caching allocator keeps the
+        # memory for the next one).
+        wt = torch.empty(qw.scales.shape[1], K, dtype=x.dtype, device=x.device)
+        _dequantizer(qw)(qw.packed, qw.scales, zeros, wt, N, K)
+        _qmm(qw, s)(x, wt, y, M, N, K)
+        return
     qmm = _qmm(qw, s)
     if s.staged or s.wgmma:
         qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
@@ -100,6 +116,11 @@ _kernels: dict[tuple[Any, ...], Any] = {}
 
 
 def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
+    if s.dequant:  # the matmul of the dequantized weights: by activation type only
+        key = (qw.scale_dtype.name, s)
+        if key not in _kernels:
+            _kernels[key] = _load(wt_matmul_kernel(qw.scale_dtype.name), **s.constants())
+        return _kernels[key]
     key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s)
     loaded = _kernels.get(key)
     if loaded is None:
@@ -110,10 +131,22 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     return loaded
 
 
+def _dequantizer(qw: QuantizedWeight) -> Any:
+    """The loaded `kernels.qmm_dequant.dequantize_kernel` for these weights."""
+    key = ("dequantize", qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None)
+    if key not in _kernels:
+        _, act, wdtype, group_size, has_zeros = key
+        _kernels[key] = _load(dequantize_kernel(act), wdtype=wdtype, group_size=group_size,
+                              has_zeros=has_zeros, bk=k_tile(group_size))
+    return _kernels[key]
+
+
 def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
     """The kernel factory's kernel that schedule `s` selects, for activations `act`."""
     if s.staged:
         return qmm_staged_kernel(act)
+    if s.dequant:
+        return wt_matmul_kernel(act)  # (after `dequantize_kernel`: `_launch`)
     if s.wgmma:
         return qmm_wgmma_shared_kernel(act) if s.shared_weights else qmm_wgmma_kernel(act)
     return qmm_kernel(act)

@@ -171,13 +171,25 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
 
 
 def _weights(codes, buf, wdtype, act, code_layout, weight_layout, scale_layout, ss, zs):
-    """A k-tile's codes converted: minus the zero point, times the scale of buffer `buf`
-    (a compile-time helper of the kernel)."""
+    """A k-tile's codes converted with the scales (zeros) of shared buffer `buf`."""
+    bn = code_layout.shape[0]
+
+    def group(tiles):
+        return lambda: tv.load_shared(tiles[buf], [0, 0], [bn, 1], layout=scale_layout)
+    return dequantized(codes, wdtype, act, code_layout, weight_layout, group(ss),
+                       group(zs) if zs is not None else None)
+
+
+def dequantized(codes, wdtype, act, code_layout, weight_layout, scale, zero=None):
+    """A k-tile's codes (`code_layout`) as `act` values in `weight_layout`: minus the
+    zero point, times the scale, each rounded to `act` (a compile-time helper of the
+    kernels; `scale()` and `zero()` give the group's `[bn, 1]` tiles, read where the
+    conversion needs them)."""
     bn, bk = code_layout.shape
     wt = tv.cast(tv.view(codes, wdtype, [bn, bk], code_layout), act, weight_layout)
-    if zs is not None:
-        wt = wt - tv.load_shared(zs[buf], [0, 0], [bn, 1], layout=scale_layout)
-    return wt * tv.load_shared(ss[buf], [0, 0], [bn, 1], layout=scale_layout)
+    if zero is not None:
+        wt = wt - zero()
+    return wt * scale()
 
 
 # for `vmc compile kernels/qmm_wgmma_shared.py:qmm_wgmma_shared_f16 --arch sm_90a`

@@ -22,7 +22,9 @@ rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0
 `stages`, `lead` and `prefetch` (k-tiles of weight codes in flight in registers, 1..4).
 With `shared_weights` it is `kernels.qmm_wgmma_shared` (the converted weights of a k-tile
 in shared memory, read by every warpgroup's wgmmas: each weight converted once per `bm`
-rows; `lead` 1..stages-2).
+rows; `lead` 1..stages-2). With `dequant` it is `kernels.qmm_dequant`: the weights
+dequantized once into an f16/bf16 workspace, then a matmul of x by them with the
+shared-weights kernel's pipeline (`bk` 64; `lead` 1..stages-2; no `prefetch`).
 
 `candidates` lists the schedules worth timing for a problem (what the tuner compiles);
 `default_schedule` is the choice without tuning: enough blocks to fill the GPU (split-K
@@ -40,10 +42,10 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
 # kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
 # shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time;
-# 7: odd widths' codes paired 16 bits apart, which moved their kernels' times), so
-# problems tuned over an older space are tuned again instead of keeping a winner among
-# fewer (or other) kernels.
-SPACE_VERSION = 7
+# 7: odd widths' codes paired 16 bits apart, which moved their kernels' times; 8: the
+# dequantize-then-multiply pair), so problems tuned over an older space are tuned again
+# instead of keeping a winner among fewer (or other) kernels.
+SPACE_VERSION = 8
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -63,6 +65,7 @@ class Schedule:
     wgmma: bool = False
     lead: int = 0
     shared_weights: bool = False
+    dequant: bool = False
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -76,8 +79,12 @@ class Schedule:
                              f"{', lead, prefetch' if self.wgmma else ''} only, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
-        if (self.lead or self.shared_weights) and not self.wgmma:
-            raise ValueError(f"lead and shared_weights are the wgmma kernel's, got {self!r}")
+        if (self.lead or self.shared_weights or self.dequant) and not self.wgmma:
+            raise ValueError(f"lead, shared_weights and dequant are the wgmma kernel's, got "
+                             f"{self!r}")
+        if self.dequant and (self.shared_weights or self.prefetch != 1):
+            raise ValueError(f"a dequant schedule converts no weights in the matmul: no "
+                             f"shared_weights or prefetch, got {self!r}")
         if not many_rows and (self.warps_m, self.stages) != (1, 2):
             raise ValueError(f"warps_m and stages are the staged kernel's, got {self!r}")
 
@@ -86,16 +93,24 @@ class Schedule:
         if self.staged:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         warps_m=self.warps_m, stages=self.stages)
+        if self.dequant:  # the matmul's (`kernels.qmm_dequant.wt_matmul_kernel`)
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        stages=self.stages, lead=self.lead)
         if self.wgmma:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead, prefetch=self.prefetch)
         table = asdict(self)
-        for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights"):
+        for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
+                     "dequant"):
             del table[name]
         return table
 
     def fits(self, K: int, group_size: int) -> bool:
         """Whether the kernel's requirements hold for this K and group size."""
+        if self.dequant:  # (the dequantization's k-tiles: `k_tile(group_size)`)
+            return K % group_size == 0 and group_size % 32 == 0 and self.bk == 64 \
+                and self.num_warps % 4 == 0 and self.bm % 8 == 0 and 8 <= self.bm <= 256 \
+                and 1 <= self.lead <= self.stages - 2 <= 4
         if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
         if self.wgmma:
@@ -120,7 +135,9 @@ class Schedule:
 
     def __str__(self) -> str:
         if self.wgmma:
-            return (f"wgmma{' shared_weights' if self.shared_weights else ''} bm={self.bm} "
+            kind = " shared_weights" if self.shared_weights else " dequant" if self.dequant \
+                else ""
+            return (f"wgmma{kind} bm={self.bm} "
                     f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
                     f"{f' lead={self.lead}' if self.lead else ''}"
                     f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}")
@@ -176,6 +193,22 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
 WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,4,4,2)
+# The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
+# shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
+# W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
+DEQUANT_TILE = (256, 8, 4, 2)
+DEQUANT_WORKSPACE_LIMIT = 1 << 30
+
+
+def dequant_schedule() -> Schedule:
+    """The dequantize-then-multiply pair's schedule (`DEQUANT_TILE`)."""
+    bm, num_warps, stages, lead = DEQUANT_TILE
+    return Schedule(bm, 64, num_warps, wgmma=True, stages=stages, lead=lead, dequant=True)
+
+
+def dequant_workspace(N: int, K: int) -> int:
+    """Bytes of its workspace: W^T `[Np, K]` in f16/bf16, Np = N padded to 32."""
+    return 2 * -(-N // 32) * 32 * K
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
@@ -225,6 +258,8 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
         beside = WGMMA_TILES_BESIDE_SHARED if shared else WGMMA_TILES
         found += shared + [s for s in (wgmma_tile(t, group_size) for t in beside)
                            if s.fits(K, group_size)]
+        if M > 256 and dequant_workspace(N, K) <= DEQUANT_WORKSPACE_LIMIT:
+            found += [s for s in (dequant_schedule(),) if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:

@@ -34,6 +34,7 @@ from tilevm.kernels.schedule import (
     Schedule,
     candidates,
     default_schedule,
+    dequant_schedule,
     staged,
     wgmma,
     wgmma_tile,
@@ -351,7 +352,7 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                wgmma(256, 8, 4, 128, lead=2, prefetch=3,
                                      shared_weights=True),
                                wgmma(256, 8, 4, 128, lead=2, prefetch=4,
-                                     shared_weights=True)])
+                                     shared_weights=True), dequant_schedule()])
 def test_gpu_schedules_and_zero_points(s):
     import torch
 
@@ -361,6 +362,20 @@ def test_gpu_schedules_and_zero_points(s):
         pytest.skip("the wgmma kernel runs on sm_90 GPUs only")
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
+
+
+@pytest.mark.gpu
+def test_gpu_dequant_pair():
+    """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
+    k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
+    import torch
+
+    from tilevm.kernels.matmul import is_hopper
+
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+    _gpu_case("f6e3m2", "f16", 300, 200, 1088, 32, False, dequant_schedule())
+    _gpu_case("int8", "bf16", 257, 136, 1024, 64, False, dequant_schedule())
 
 
 @pytest.mark.gpu
@@ -424,7 +439,7 @@ def test_wgmma_schedules():
     assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
     assert not wgmma(128, 4, 4, 128, prefetch=5).fits(4096, 128)  # 1..4 k-tiles of codes
     assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
-    with pytest.raises(ValueError, match="lead and shared_weights are the wgmma kernel's"):
+    with pytest.raises(ValueError, match="lead, shared_weights and dequant are the wgmma"):
         Schedule(bm=16, lead=1)
     shared = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True)
     assert str(shared) == \
@@ -449,10 +464,11 @@ def test_wgmma_schedules():
     assert not any(c.wgmma for c in candidates(4096, 12288, 4096, 128))
     assert any(c.wgmma for c in candidates(256, 12288, 4096, 128, hopper=True))
     # Where the shared-weights kernel fits, two wgmma tilings beside it (it beat them all);
-    # with 32-row k-tiles, every wgmma tiling.
-    assert len(found) == 1 + len(WGMMA_TILES_BESIDE_SHARED)
+    # with 32-row k-tiles, every wgmma tiling; and the dequantize-then-multiply pair
+    # (tests/test_kernels_qmm_dequant.py).
+    assert len(found) == 1 + len(WGMMA_TILES_BESIDE_SHARED) + 1
     assert set(WGMMA_TILES_BESIDE_SHARED) <= set(WGMMA_TILES)
-    assert len(candidates(4096, 12288, 4096, 64, hopper=True)) == len(WGMMA_TILES)
+    assert len(candidates(4096, 12288, 4096, 64, hopper=True)) == len(WGMMA_TILES) + 1
     assert default_schedule(4096, 12288, 4096, 128, hopper=True) == shared
     assert default_schedule(4096, 12288, 4096, 64, hopper=True) == \
         wgmma_tile(WGMMA_TILES[0], 64)
