@@ -15,6 +15,11 @@ on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
 written atomically); later calls, in this process or another, read it. A progress line
 on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024, 4096, larger) so one
 tuning serves every M of a bucket.
+
+Memory: split-K keeps an f32 workspace per stream (grown as needed); for many rows on
+Hopper the tuner may pick the dequantize-then-multiply pair (`kernels.qmm_dequant`),
+whose calls each allocate W^T in x's type, `2 * Np * K` bytes, only where that is at
+most `schedule.DEQUANT_WORKSPACE_LIMIT` (1 GiB), from torch's caching allocator.
 """
 
 from __future__ import annotations

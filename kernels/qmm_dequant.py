@@ -7,9 +7,9 @@ integer work competes with the wgmmas for issue slots and registers; here each w
 converted once, by `dequantize_kernel`, at the cost of writing and reading back
 `2 * Np * K` bytes (`schedule.dequant_workspace`; 128 MB for 8192 x 8192). Which one is faster
 depends on the conversion's cost (measured on an H100, M = 4096, against the
-shared-weights kernel: f6e3m2 0.90-0.97x the time on 8B qkv and the 70B layers, int4
-and int8 1.0-1.1x; bench/results/qmm_h100_prefill_dequant/), so it is a tuning
-candidate beside that kernel (`kernels.schedule.candidates`).
+shared-weights kernel on 8B qkv and the 70B layers: f6e3m2 0.89-0.97x the time, int8
+1.00-1.03x, int4 1.02-1.11x; bench/results/qmm_h100_prefill_dequant/), so it is a
+tuning candidate beside that kernel (`kernels.schedule.candidates`).
 
 - `dequantize_kernel`: one block a k-tile (`bk` rows, 32 or 64, inside one group) of
   `32 * num_warps / (bk / 32)` columns: the codes loaded and converted as the

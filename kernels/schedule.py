@@ -250,7 +250,8 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
     swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
     layers and lose a few percent on some small ones (fewer warps fit: more registers);
     from 4096 rows on an H100 the wgmma kernel beat the staged one at every type
-    measured (by 1.3 to 1.8x), so there it is the only one timed."""
+    measured (by 1.3 to 1.8x), so there it is the only one timed; above 256 rows the
+    dequantize-then-multiply pair too, where its workspace fits the limit."""
     bk = k_tile(group_size)
     found = []
     if M > 64 and hopper:
