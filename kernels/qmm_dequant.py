@@ -14,9 +14,9 @@ tuning candidate beside that kernel (`kernels.schedule.candidates`).
 - `dequantize_kernel`: one block a k-tile (`bk` rows, 32 or 64, inside one group) of
   `32 * num_warps / (bk / 32)` columns: the codes loaded and converted as the
   shared-weights kernel does (`qmm_wgmma_shared.dequantized`: minus the zero point,
-  times the scale, rounded once), stored through shared memory so that each thread
-  writes 16 contiguous bytes of W^T `[Np, K]` (K contiguous; storing the fragments
-  straight from registers took 2.3x the time).
+  times the scale, each rounded to the activation type), stored through shared memory
+  so that each thread writes 16 contiguous bytes of W^T `[Np, K]` (K contiguous;
+  storing the fragments straight from registers took 2.3x the time).
 - `wt_matmul_kernel`: y^T = W^T x^T, both operands copied by TMA into `stages` buffers,
   `lead` k-tiles ahead, and multiplied by warpgroup MMA from shared memory, `m64n{bm}k16`
   (the shared-weights kernel's pipeline without the conversion: 16 * num_warps columns
