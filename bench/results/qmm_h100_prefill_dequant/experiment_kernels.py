@@ -1,5 +1,6 @@
 """Experiment: prefill as a dequantization pass (codes -> W^T f16 [Np, K]) and an f16 GEMM
 (y^T = W^T x^T, both operands by TMA) with the shared-weights kernel's tiling."""
+# ruff: noqa: F841
 from functools import cache
 
 from tilevm.dtypes import DataType
@@ -163,3 +164,140 @@ def persistent_gemm_kernel(act="f16"):
 
     pgemm.name = f"pgemm_{act.name}"
     return pgemm
+
+
+@cache
+def persistent2_gemm_kernel(act="f16"):
+    """The persistent matmul with the next tile's coordinates computed once a tile."""
+    act = activation_type(act)
+
+    @tv.kernel(num_warps=8)
+    def pgemm2(x: tv.ptr(act, const=True), wt: tv.ptr(act, const=True), y: tv.ptr(act),
+               M: tv.int32, N: tv.int32, K: tv.int32, P: tv.int32,
+               *, bm: int = 256, bk: int = 64, num_warps: int = 8, stages: int = 4,
+               lead: int = 2, group_m: int = 8):
+        bn = 16 * num_warps
+        tv.assume(K % (stages * bk) == 0)
+        tv.grid(P)
+        tiles_n = tv.cdiv(N, bn)
+        tiles_m = tv.cdiv(M, bm)
+        tiles = tiles_n * tiles_m
+        pid = tv.block_idx(0)
+        mine = (tiles - pid + P - 1) // P
+        k_tiles = K // bk
+        gxt = tv.global_view(x, [K, M], strides=[1, K])
+        gwt = tv.global_view(wt, [N, K])
+        gy = tv.global_view(y, [N, M], strides=[1, N])
+        acc_layout = local(max(1, bn // (16 * num_warps)), 1) * \
+            spatial(num_warps, 1) * local(1, bm // 8) * mma_m16n8k16_c()
+        xs = [tv.alloc_shared(act, [bk, bm], layout=swizzled([bm, bk], act).permute((1, 0)))
+              for _ in range(stages)]
+        ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
+              for _ in range(stages)]
+        n_0, m_0 = _tile_of(pid, tiles_n, tiles_m, group_m)
+        for first in range(lead):
+            tv.copy_async(xs[first], gxt, [first * bk, m_0 * bm])
+            tv.copy_async(ws[first], gwt, [n_0 * bn, first * bk])
+            tv.copy_async_commit()
+        for i in tv.range(0, mine):
+            n_t, m_t = _tile_of(pid + i * P, tiles_n, tiles_m, group_m)
+            n_n, m_n = _tile_of(pid + (i + 1) * P, tiles_n, tiles_m, group_m)
+            more = i + 1 < mine
+            acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+            for k0 in tv.range(0, k_tiles, stages):
+                for s in range(stages):
+                    tv.copy_async_wait(lead - 1)
+                    tv.sync()
+                    acc = tv.dot(ws[s], xs[s], acc)
+                    kk = k0 + (s + lead)
+                    wrap = kk >= k_tiles
+                    n_c = n_n if wrap else n_t
+                    m_c = m_n if wrap else m_t
+                    kc = (kk - k_tiles if wrap else kk) * bk
+                    if more or not wrap:
+                        tv.copy_async(xs[(s + lead) % stages], gxt, [kc, m_c * bm])
+                        tv.copy_async(ws[(s + lead) % stages], gwt, [n_c * bn, kc])
+                    tv.copy_async_commit()
+            tv.store_global(gy, tv.cast(acc, act), [n_t * bn, m_t * bm])
+        tv.copy_async_wait(0)
+
+    pgemm2.name = f"pgemm2_{act.name}"
+    return pgemm2
+
+
+def _mm_step(xs, ws, acc, s, stages, lead, gxt, gwt, copy_at):
+    """One k-tile: wait, barrier, dot on buffer s, then the copy of k-tile `copy_at`
+    ((k, m0, n0) or None) into buffer s + lead."""
+    tv.copy_async_wait(lead - 1)
+    tv.sync()
+    acc = tv.dot(ws[s], xs[s], acc)
+    kc, m_c, n_c, _ = copy_at
+    tv.copy_async(xs[(s + lead) % stages], gxt, [kc, m_c])
+    tv.copy_async(ws[(s + lead) % stages], gwt, [n_c, kc])
+    tv.copy_async_commit()
+    return acc
+
+
+@cache
+def persistent3_gemm_kernel(act="f16"):
+    """The persistent matmul with the last loop iteration of a tile peeled: its copies
+    for the next tile use coordinates computed once a tile, no selects."""
+    act = activation_type(act)
+
+    @tv.kernel(num_warps=8)
+    def pgemm3(x: tv.ptr(act, const=True), wt: tv.ptr(act, const=True), y: tv.ptr(act),
+               M: tv.int32, N: tv.int32, K: tv.int32, P: tv.int32,
+               *, bm: int = 256, bk: int = 64, num_warps: int = 8, stages: int = 4,
+               lead: int = 2, group_m: int = 8):
+        bn = 16 * num_warps
+        tv.assume(K % (stages * bk) == 0)
+        tv.grid(P)
+        tiles_n = tv.cdiv(N, bn)
+        tiles_m = tv.cdiv(M, bm)
+        tiles = tiles_n * tiles_m
+        pid = tv.block_idx(0)
+        mine = (tiles - pid + P - 1) // P
+        k_tiles = K // bk
+        gxt = tv.global_view(x, [K, M], strides=[1, K])
+        gwt = tv.global_view(wt, [N, K])
+        gy = tv.global_view(y, [N, M], strides=[1, N])
+        acc_layout = local(max(1, bn // (16 * num_warps)), 1) * \
+            spatial(num_warps, 1) * local(1, bm // 8) * mma_m16n8k16_c()
+        xs = [tv.alloc_shared(act, [bk, bm], layout=swizzled([bm, bk], act).permute((1, 0)))
+              for _ in range(stages)]
+        ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
+              for _ in range(stages)]
+        n_0, m_0 = _tile_of(pid, tiles_n, tiles_m, group_m)
+        for first in range(lead):
+            tv.copy_async(xs[first], gxt, [first * bk, m_0 * bm])
+            tv.copy_async(ws[first], gwt, [n_0 * bn, first * bk])
+            tv.copy_async_commit()
+        for i in tv.range(0, mine):
+            n_t, m_t = _tile_of(pid + i * P, tiles_n, tiles_m, group_m)
+            n0, m0 = n_t * bn, m_t * bm
+            acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+            for k0 in tv.range(0, K - stages * bk, stages * bk):
+                for s in range(stages):
+                    acc = _mm_step(xs, ws, acc, s, stages, lead, gxt, gwt,
+                                   (k0 + (s + lead) * bk, m0, n0, None))
+            n_n, m_n = _tile_of(pid + (i + 1) * P, tiles_n, tiles_m, group_m)
+            more = i + 1 < mine
+            last = K - stages * bk
+            for s in range(stages):
+                if s + lead < stages:
+                    acc = _mm_step(xs, ws, acc, s, stages, lead, gxt, gwt,
+                                   (last + (s + lead) * bk, m0, n0, None))
+                else:
+                    tv.copy_async_wait(lead - 1)
+                    tv.sync()
+                    acc = tv.dot(ws[s], xs[s], acc)
+                    if more:
+                        kc = (s + lead - stages) * bk
+                        tv.copy_async(xs[(s + lead) % stages], gxt, [kc, m_n * bm])
+                        tv.copy_async(ws[(s + lead) % stages], gwt, [n_n * bn, kc])
+                    tv.copy_async_commit()
+            tv.store_global(gy, tv.cast(acc, act), [n0, m0])
+        tv.copy_async_wait(0)
+
+    pgemm3.name = f"pgemm3_{act.name}"
+    return pgemm3
