@@ -4,6 +4,9 @@ the LLVM type of a dtype, one value's conversion between dtypes (the low-bit rul
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import llvmlite.ir as ir
 
 from tilevm.backend import conversions
@@ -123,23 +126,14 @@ def convert_packed(b: ir.IRBuilder, words: list[ir.Value], count: int, src: Data
         v = _window(b, words, start)
         return b.or_(b.and_(v, ir.Constant(I32, 0xFFFF)),
                      b.shl(v, ir.Constant(I32, 16 - bits)))
-    # One lanes word serves every later pair whose first code lies up to `reach` bits
-    # above its start (the rule reads a code at an offset): into f16, one shift of a
-    # word serves two pairs of int4 and five of int2, one window two pairs of int3.
-    # (All lanes words first, then the conversions: ptxas allocated 128 registers
-    # instead of 96 to the int8 decode kernel with the two interleaved.)
-    plan: list[tuple[int, int, int]] = []  # (first, second, start of its lanes word)
+    # One window serves every later pair whose first code lies up to `reach` bits above
+    # its start (the rule reads a code at an offset): two pairs of int3 into f16.
+    plan: list[tuple[int, int, int, int]] = []  # (first, second, window start, offset)
     for first, second in pairs:
         if not plan or first * bits - plan[-1][2] > reach:
             start = first * bits
-        plan.append((first, second, start))
-    lanes = {start: lanes_at(start) for start in dict.fromkeys(s for *_, s in plan)}
-    out: list[ir.Value | None] = [None] * count
-    for first, second, start in plan:
-        pair = conversions.emit_convert_pair(b, lanes[start], src, dst,
-                                             offset=first * bits - start, exponent=exponent)
-        out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
-                                   for j in (0, 1))
+        plan.append((first, second, start, first * bits - start))
+    out = _convert_planned(b, plan, lanes_at, count, src, dst, exponent)
     if count % 2 and out[-1] is None:
         out[-1] = convert_scaled(b, from_bits(b, code(count - 1), src), src, dst, exponent)
     return out  # type: ignore[return-value]
@@ -199,15 +193,26 @@ def _convert_lane_pairs(b: ir.IRBuilder, words: list[ir.Value],
             word = b.call(fshr, [words[w_second], words[w_first], ir.Constant(I32, 16)])
         return b.lshr(word, ir.Constant(I32, start)) if start else word
 
-    # All lanes words first, then the conversions (see `convert_packed`).
+    out = _convert_planned(b, plan, lanes_of, 2 * len(pairs), src, dst, exponent)
+    return out  # type: ignore[return-value]  (every slot is a pair's)
+
+
+def _convert_planned(b: ir.IRBuilder, plan: list[tuple[int, int, Any, int]],
+                     lanes_of: Callable[[Any], ir.Value], count: int, src: DataType,
+                     dst: DataType, exponent: int) -> list[ir.Value | None]:
+    """The pairs of `plan`, `(first, second, lanes key, offset)`, each converted by one
+    `emit_convert_pair` of the lanes word `lanes_of(key)` (made once per key) at that
+    offset; `count` slots, None where no pair put a value. All lanes words come first,
+    then the conversions: with the two interleaved ptxas allocated 128 registers instead
+    of 96 to the int8 decode kernel."""
     lanes = {key: lanes_of(key) for key in dict.fromkeys(k for _, _, k, _ in plan)}
-    out: list[ir.Value | None] = [None] * (2 * len(pairs))
+    out: list[ir.Value | None] = [None] * count
     for first, second, key, offset in plan:
         pair = conversions.emit_convert_pair(b, lanes[key], src, dst, offset=offset,
                                              exponent=exponent)
         out[first], out[second] = (b.extract_element(pair, ir.Constant(I32, j))
                                    for j in (0, 1))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _window(b: ir.IRBuilder, words: list[ir.Value], start: int) -> ir.Value:
