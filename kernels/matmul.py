@@ -124,7 +124,7 @@ def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
     if s.dequant:  # the matmul of the dequantized weights: by activation type only
         key = (qw.scale_dtype.name, s)
         if key not in _kernels:
-            _kernels[key] = _load(wt_matmul_kernel(qw.scale_dtype.name), **s.constants())
+            _kernels[key] = _load(schedule_kernel(s, qw.scale_dtype.name), **s.constants())
         return _kernels[key]
     key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s)
     loaded = _kernels.get(key)

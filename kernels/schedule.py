@@ -107,23 +107,22 @@ class Schedule:
 
     def fits(self, K: int, group_size: int) -> bool:
         """Whether the kernel's requirements hold for this K and group size."""
-        if self.dequant:  # (the dequantization's k-tiles: `k_tile(group_size)`)
-            return K % group_size == 0 and group_size % 32 == 0 and self.bk == 64 \
-                and self.num_warps % 4 == 0 and self.bm % 8 == 0 and 8 <= self.bm <= 256 \
-                and 1 <= self.lead <= self.stages - 2 <= 4
-        if self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
-            return False
-        if self.wgmma:
-            if not 1 <= self.prefetch <= 4:
+        if self.dequant:  # 64-row k-tiles in the matmul; the dequantization's are the
+            # group's (`k_tile`), so only whole 32-row pieces of groups are asked for
+            if K % group_size or group_size % 32 or self.bk != 64:
                 return False
-            if self.shared_weights:  # (8 warps, 64-row k-tiles: 128 columns)
+        elif self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
+            return False
+        if self.wgmma:  # whole warpgroups, wgmma's N, 1..4 k-tiles of codes ahead
+            if not (self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0
+                    and 8 <= self.bm <= 256 and 1 <= self.prefetch <= 4):
+                return False
+            if self.shared_weights or self.dequant:  # both operands in shared buffers,
+                # rewritten behind the barrier (8 warps, 64-row k-tiles: 128 columns)
                 columns = 32 * self.num_warps // (self.bk // 32)
-                return self.bk in (32, 64) and self.num_warps % 4 == 0 \
-                    and columns % 64 == 0 and self.bm % 8 == 0 and 8 <= self.bm <= 256 \
+                return (self.dequant or columns % 64 == 0) \
                     and 1 <= self.lead <= self.stages - 2 <= 4
-            return self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0 \
-                and 8 <= self.bm <= 256 and 2 <= self.stages <= 6 \
-                and 0 <= self.lead < self.stages
+            return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
