@@ -79,7 +79,7 @@ class KernelCodegen:
         annotations = self.module.add_named_metadata("nvvm.annotations")
         annotations.add(self.module.add_metadata([
             self.function, ir.MetaDataString(self.module, "maxntidx"),
-            ir.Constant(I32, program.num_threads)]))
+            ir.Constant(I32, program.block_threads)]))
         if self.tensor_maps:
             tma.add_map_params(self.function, self.module, len(program.params),
                                len(self.tensor_maps), annotations)
@@ -92,6 +92,7 @@ class KernelCodegen:
         # A program with wgmma dots: where to wait for them (and syncs fence shared writes).
         self.wgmma = InFlight(self) if uses_wgmma(program) else None
         self.tma: tma.TmaState | None = None  # set up by `generate` for TMA copies
+        self.in_producer = False  # lowering the producer warp's body
         for param, arg in zip(program.params, self.function.args):
             arg.name = param.name
             if isinstance(param, Pointer):
@@ -109,11 +110,27 @@ class KernelCodegen:
         if self.tensor_maps:  # TMA copies: their barrier ring and group counter
             self.tma = tma.TmaState(self, self.tensor_maps, len(self.program.params))
             tma.init_barriers(self, self.tma)
+        if self.program.producer is not None:
+            self._lower_producer(self.program.producer)
         self.lower_seq(self.program.body)
         if self.wgmma is not None:
             self.wgmma.before(self, None)
         self.b.ret_void()
         return self.module
+
+    def _lower_producer(self, producer: Seq) -> None:
+        """The producer warp's body, run by its first thread; the warp then returns and
+        the code after this runs in the `num_warps` warps of `body`."""
+        b, first = self.b, ir.Constant(I32, self.program.num_threads)
+        with b.if_then(b.icmp_unsigned(">=", self.tid, first)):
+            with b.if_then(b.icmp_unsigned("==", self.tid, first)):
+                wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
+                self.lower_seq(producer)
+                self.wgmma, self.in_producer = wgmma, False
+            b.ret_void()
+        self.scalars = {p.name: a for p, a in zip(self.program.params, self.function.args)
+                        if not isinstance(p, Pointer)}
+        self.tensors.clear()
 
     def _find_carried(self, seq: Seq) -> None:
         for stmt in seq.body:

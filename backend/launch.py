@@ -28,7 +28,8 @@ from tilevm.ir.types import Pointer
 def build_artifact(program: Program, arch: str) -> cache.Artifact:
     compiled = pipeline.compile_program(program, arch)
     signature = replace(runtime.signature_from_program(program),
-                        tensor_maps=tma.tensor_maps(compiled.lowered))
+                        tensor_maps=tma.tensor_maps(compiled.lowered),
+                        num_threads=compiled.num_threads)
     return cache.Artifact(ptx=compiled.ptx, kernel_name=program.name,
                           shared_bytes=compiled.shared_bytes,
                           num_threads=compiled.num_threads,

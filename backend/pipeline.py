@@ -2,13 +2,14 @@
 
     verify -> infer_layouts -> convert_layouts -> plan_shared_memory
            -> vectorize_memory -> select_instructions -> lower_bit_packing
-           -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
+           -> split_producer_warp -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
 
 Each pass is one module of backend/passes/ whose docstring says what it expects and
 guarantees; `vmc compile --dump-after NAME` prints the IR after any of them. The first
-four shape the program (layouts, conversions, shared-memory placement); the last three
+four shape the program (layouts, conversions, shared-memory placement); the next three
 decide how each instruction becomes machine code and record it in the instruction's
-`lowering` field, which codegen then emits: no decision is left to codegen.
+`lowering` field, which codegen then emits: no decision is left to codegen. The last
+gives a program's TMA copies a warp of their own, where it asks for one.
 Shared-memory planning runs before the lowering decisions because they read its
 result: vector widths and `ldmatrix` need each shared tensor's layout and offset.
 """
@@ -24,6 +25,7 @@ from tilevm.backend.passes.infer_layouts import infer_layouts
 from tilevm.backend.passes.lower_bit_packing import lower_bit_packing
 from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_plan
 from tilevm.backend.passes.select_instructions import select_instructions
+from tilevm.backend.passes.split_producer_warp import split_producer_warp
 from tilevm.backend.passes.vectorize_memory import vectorize_memory
 from tilevm.backend.passes.verify import verify
 from tilevm.ir.errors import VMError
@@ -39,6 +41,7 @@ PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
     ("vectorize_memory", vectorize_memory),
     ("select_instructions", select_instructions),
     ("lower_bit_packing", lower_bit_packing),
+    ("split_producer_warp", split_producer_warp),
 )
 PASS_NAMES = tuple(name for name, _ in PASSES)
 
@@ -75,7 +78,7 @@ def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> Comp
     _check_arch(lowered, arch)
     llvm_ir = str(codegen.generate(lowered))
     ptx = _describe_tensor_maps(lowered) + target.emit_ptx(llvm_ir, arch, opt)
-    return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.num_threads,
+    return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.block_threads,
                           shared_plan(lowered).total_bytes)
 
 

@@ -343,7 +343,7 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
                 assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
                                               str(stmt.loc) if stmt.loc else ""))
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
-                     program.num_threads, tuple(assumptions))
+                     program.block_threads, tuple(assumptions))
 
 
 def _strip_parens(text: str) -> str:

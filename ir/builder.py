@@ -39,6 +39,7 @@ class Builder:
         self.params: list[Pointer | Var] = []
         self.grid: tuple[Expr, ...] = (as_expr(1),)
         self.constants: tuple[tuple[str, str], ...] = ()
+        self.producer_warps = 0
         self.loc: SourceLoc | None = None
         # The frontend sets this to the Python variable being assigned, so the tensors of
         # `acc = tv.dot(a, b, acc)` print as %acc, %acc.1 rather than generic names.
@@ -126,7 +127,7 @@ class Builder:
         if len(self._blocks) != 1:
             raise RuntimeError("build() inside an open block")
         return Program(self.name, tuple(self.params), self.grid, self.num_warps,
-                       Seq(body=tuple(self._blocks[0])), self.constants)
+                       Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],

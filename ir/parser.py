@@ -675,7 +675,7 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
     m = re.match(r"^kernel\s+([^\s(]+)\s*", text)
     if not m:
         raise _Error("expected the program header: kernel NAME(PARAMS) grid(...) warps(N) {")
-    header: dict[str, Any] = {"name": m.group(1), "constants": ()}
+    header: dict[str, Any] = {"name": m.group(1), "constants": (), "producer_warps": 0}
     pos = m.end()
     inside, pos = _group(text, pos)
     params: list[Pointer | Var] = []
@@ -702,10 +702,10 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
         pos = len(text) - len(rest)
         if rest == "{":
             break
-        km = re.match(r"^(grid|warps|constants)\s*", rest)
+        km = re.match(r"^(grid|warps|constants|producer_warps)\s*", rest)
         if not km:
             raise _Error(f"unexpected {rest!r} in the header (expected grid(...), warps(N), "
-                         "constants(...) or '{')")
+                         "constants(...), producer_warps(N) or '{')")
         key = km.group(1)
         if key in seen:
             raise _Error(f"{key}(...) given twice")
@@ -717,6 +717,8 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
                 raise _Error("grid(...) takes 1 to 3 expressions")
         elif key == "warps":
             header["num_warps"] = _convert(inside, int, ctx)
+        elif key == "producer_warps":
+            header["producer_warps"] = _convert(inside, int, ctx)
         else:
             consts = []
             for item in _split_top(inside):
@@ -748,6 +750,7 @@ def parse_program(text: str) -> Program:
                 raise _Error("text after the end of the program")
             if header is None:
                 header = _read_header(stripped, ctx)
+                header["param_scope"] = dict(ctx.scopes[0])
                 stack.append(_Frame("kernel", number))
                 continue
             program = _read_line(stripped, number, stack, ctx, header)
@@ -769,6 +772,13 @@ def parse_program(text: str) -> Program:
     return program
 
 
+def _program(header: dict[str, Any], body: list[Stmt], producer: list[Stmt] | None
+             ) -> Program:
+    return Program(header["name"], header["params"], header["grid"], header["num_warps"],
+                   Seq(body=tuple(body)), header["constants"], header["producer_warps"],
+                   None if producer is None else Seq(body=tuple(producer)))
+
+
 def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,
                header: dict[str, Any]) -> Program | None:
     """Read one body line; returns the program when the kernel's `}` closes it."""
@@ -777,9 +787,19 @@ def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,
         stack.pop()
         ctx.scopes.pop()
         if frame.kind == "kernel":
-            return Program(header["name"], header["params"], header["grid"],
-                           header["num_warps"], Seq(body=tuple(frame.body)), header["constants"])
+            return _program(header, frame.body, None)
+        if frame.kind == "producer":
+            return _program(header, frame.then_body, frame.body)
         stack[-1].body.append(_close(frame))
+        return None
+    if text.replace(" ", "") == "}producer{":
+        if frame.kind != "kernel":
+            raise _Error("'} producer {' must close the kernel's body")
+        stack[-1] = _Frame("producer", frame.line)
+        stack[-1].then_body = frame.body  # the body the producer's statements follow
+        # The producer's statements define their own tensors and scalars anew.
+        ctx.tensors = {}
+        ctx.scopes = [dict(header["param_scope"])]
         return None
     if text.replace(" ", "") == "}else{":
         if frame.kind != "if" or frame.then_body is not None:

@@ -157,8 +157,13 @@ def format_program(program: Program) -> str:
     header = f"kernel {program.name}({params}) grid({grid}) warps({program.num_warps})"
     if program.constants:
         header += " constants(" + ", ".join(f"{k}={v!r}" for k, v in program.constants) + ")"
+    if program.producer_warps:
+        header += f" producer_warps({program.producer_warps})"
     lines = [header + " {"]
     _format_seq(program.body, 1, lines)
+    if program.producer is not None:
+        lines.append("} producer {")
+        _format_seq(program.producer, 1, lines)
     lines.append("}")
     return "\n".join(lines) + "\n"
 

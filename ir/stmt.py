@@ -71,6 +71,13 @@ class Program:
     `params` are the kernel arguments in order (pointers and scalars); `grid` has 1 to 3
     scalar expressions over the scalar parameters; `constants` records the compile-time
     values the program was specialized with (for display and caching only).
+
+    `producer_warps` (0 or 1, `tv.producer_warp()`): the block gets that many warps more,
+    which issue the program's TMA copies; the body still describes what every one of the
+    `num_warps` warps does, and the program means what it means without them (the
+    interpreter ignores the field). `producer` is the producer warp's own body, which
+    the pass `split_producer_warp` derives from `body` (None before it, or without a
+    producer warp).
     """
 
     name: str
@@ -79,7 +86,15 @@ class Program:
     num_warps: int
     body: Seq
     constants: tuple[tuple[str, str], ...] = field(default=())
+    producer_warps: int = 0
+    producer: Seq | None = None
 
     @property
     def num_threads(self) -> int:
+        """The threads that run `body` (over which register tiles are laid out)."""
         return 32 * self.num_warps
+
+    @property
+    def block_threads(self) -> int:
+        """The threads a launch starts: `num_threads` and the producer warps'."""
+        return 32 * (self.num_warps + self.producer_warps)

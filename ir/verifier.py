@@ -11,7 +11,9 @@ Each instruction is checked by the module-level function `check_<opname>(ctx, in
 
 Program
   - `name` is a string; `params` are `Pointer`s and scalar `Var`s with distinct names;
-  - `num_warps` is an int in 1..32 (so a block has 32..1024 threads);
+  - `num_warps` is an int in 1..32 (so a block has 32..1024 threads); `producer_warps`
+    is 0 or 1 (the block's warps together at most 32), and `producer` is None (the
+    compiler derives it);
   - `grid` has 1 to 3 integer expressions over the scalar parameters and constants only
     (no `block_idx`, no loop or `let` variables); a constant extent is >= 1.
 
@@ -1137,6 +1139,13 @@ def _check_header(program: Any) -> Context:
     nw = program.num_warps
     if not _is_int(nw) or not 1 <= nw <= MAX_WARPS:
         _fail(f"num_warps must be an int in 1..{MAX_WARPS}, got {_short(nw)}")
+    pw = program.producer_warps
+    if not _is_int(pw) or pw not in (0, 1) or nw + pw > MAX_WARPS:
+        _fail(f"producer_warps must be 0 or 1 (and the block at most {MAX_WARPS} warps), "
+              f"got {_short(pw)}")
+    if program.producer is not None:
+        _fail("the program already has a producer body (the pass split_producer_warp "
+              "derives it; verify the program before that pass)")
     if not isinstance(program.params, tuple):
         _fail(f"params must be a tuple, got {_short(program.params)}")
     if not isinstance(program.grid, tuple):

@@ -103,14 +103,17 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
     def wt_matmul(x: tv.ptr(act, const=True), wt: tv.ptr(act, const=True), y: tv.ptr(act),
                   M: tv.int32, N: tv.int32, K: tv.int32,
                   *, bm: int = 256, bk: int = 64, num_warps: int = 8, stages: int = 4,
-                  lead: int = 2, group_m: int = 8):
+                  lead: int = 2, group_m: int = 8, producer: bool = False):
         tv.static_assert(bk in (32, 64), f"bk={bk} must be 32 or 64 (64- or 128-byte rows)")
         tv.static_assert(num_warps % 4 == 0, f"num_warps={num_warps} must be whole "
                          "warpgroups")
         tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
                          f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
-        tv.static_assert(1 <= lead <= stages - 2 <= 4,
-                         f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
+        most = stages - 1 if producer else stages - 2
+        tv.static_assert(3 <= stages <= 6 and 1 <= lead <= most,
+                         f"stages={stages} (3..6) and lead={lead} (1..{most})")
+        if producer:
+            tv.producer_warp()
         bn = 16 * num_warps
         tv.assume(K % ATOM == 0)
         tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))

@@ -40,7 +40,8 @@ def _by_out(program) -> dict[str, ins.Instruction]:
 
 def test_the_pipeline_order():
     assert PASS_NAMES == ("verify", "infer_layouts", "convert_layouts", "plan_shared_memory",
-                          "vectorize_memory", "select_instructions", "lower_bit_packing")
+                          "vectorize_memory", "select_instructions", "lower_bit_packing",
+                          "split_producer_warp")
 
 
 @pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2"])

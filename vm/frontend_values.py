@@ -54,6 +54,7 @@ class BuildContext:
         self.file = file
         self.codes = codes  # code objects compiled from the kernel's source
         self.grid_loc: SourceLoc | None = None
+        self.producer_loc: SourceLoc | None = None
 
     def runtime_construct(self) -> str | None:
         """A description of the innermost runtime loop/if being built, or None."""

@@ -38,7 +38,8 @@ from tilevm.vm.frontend import Kernel, KernelSignature, RuntimeRange, kernel, ma
 from tilevm.vm.frontend_values import Scalar, Tile
 
 __all__ = [
-    "kernel", "ptr", "grid", "range", "static_assert", "assume", "block_idx", "cdiv",
+    "kernel", "ptr", "grid", "producer_warp", "range", "static_assert", "assume",
+    "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "full", "zeros", "view", "cast", "where", "sum", "max", "min", "maximum",
@@ -163,6 +164,29 @@ def grid(*dims: Any) -> None:
         exprs.append(expr)
     ctx.grid_loc = ctx.builder.loc
     ctx.builder.set_grid(*exprs)
+
+
+def producer_warp() -> None:
+    """Give the block one more warp, which issues the program's TMA copies (sm_90a): the
+    other warps then wait only for the copies they read, never for each other's
+    progress, and a copy into a buffer starts as soon as every warp has released it
+    (passed the point where the program writes the copy, with the wgmmas reading the
+    buffer retired). The program means what it means without this call (the
+    interpreter ignores it); the compiler refuses a program it cannot split this way
+    (`split_producer_warp`: every copy through TMA, no `free_shared`, shared tensors
+    allocated outside loops and branches, copies addressed by scalars only)."""
+    ctx = fv.current("tv.producer_warp")
+    if ctx.builder.producer_warps:
+        first = f" (first at line {ctx.producer_loc.line})" if ctx.producer_loc else ""
+        raise VMError(f"tv.producer_warp is called twice{first}")
+    where = ctx.runtime_construct()
+    if where:
+        raise VMError(f"tv.producer_warp cannot be called inside a {where}")
+    if ctx.builder.num_warps + 1 > 32:
+        raise VMError(f"tv.producer_warp: the block already has {ctx.builder.num_warps} "
+                      "warps, the most a block may have is 32")
+    ctx.producer_loc = ctx.builder.loc
+    ctx.builder.producer_warps = 1
 
 
 def _reads_block_idx(expr: Any) -> bool:

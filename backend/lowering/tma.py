@@ -17,16 +17,24 @@ tile from a view fixed for the launch.
   waits, in every thread, for the phases of the groups up to `groups - n - 1` not yet
   waited for (parity `(j / R) & 1`; `tma_waited` counts them).
   Copies of the program that stay `cp.async` keep their hardware groups alongside.
+- *Producer warp* (`split_producer_warp`): one thread of the extra warp runs the
+  program's `producer` body, the other warps its `body`. There a copy first waits for
+  its buffer's "empty" barrier (after the ring; arrival count: the `num_warps` warps),
+  phase by phase (a count per buffer); then posts and issues as above, and the commit
+  arrives. In `body`, a copy is the buffer's release (each warp's lane 0 arrives, once
+  the warp's lanes are all past it) and a commit only counts the group.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64
-from tilevm.backend.passes.plan_shared_memory import is_tma
+from tilevm.backend.passes.plan_shared_memory import is_tma, tma_ring
+from tilevm.backend.passes.split_producer_warp import tma_destinations
 from tilevm.backend.runtime import TensorMapSpec
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program
@@ -70,8 +78,15 @@ class TmaState:
 
         plan = planned(cg)
         self.maps = {spec: cg.function.args[first_param + i] for i, spec in enumerate(maps)}
-        self.ring = plan.barriers
+        self.ring = tma_ring(cg.program)
         self.ring_offset = plan.barrier_offset
+        # With a producer warp: each buffer's "empty" barrier (after the ring), and in
+        # the producer, how many copies into it were issued (which phase to wait for).
+        self.empty = {name: self.ring + i for i, name in enumerate(tma_destinations(
+            cg.program))} if cg.program.producer_warps else {}
+        self.issued = {name: cg.entry_alloca(I32, f"issued.{name}") for name in self.empty}
+        for slot in self.issued.values():
+            cg.b.store(ir.Constant(I32, 0), slot)
         self.cp_async = uses_cp_async(cg.program)
         self.groups = cg.entry_alloca(I32, "tma_groups")  # groups committed
         cg.b.store(ir.Constant(I32, 0), self.groups)
@@ -109,30 +124,69 @@ def _asm(cg: KernelCodegen, text: str, constraints: str, args: list[ir.Value]) -
     return cg.b.call(ir.InlineAsm(fn_ty, text, constraints, side_effect=True), args)
 
 
+@contextmanager
 def _thread0(cg: KernelCodegen):
-    return cg.b.if_then(cg.b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0)))
+    """Code that one thread runs: thread 0 (the producer's body runs in one thread)."""
+    if cg.in_producer:
+        yield
+        return
+    with cg.b.if_then(cg.b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
+        yield
 
 
 def init_barriers(cg: KernelCodegen, state: TmaState) -> None:
-    """At the kernel's entry: thread 0 initializes the ring; a barrier publishes it."""
+    """At the kernel's entry: thread 0 initializes the ring (and the "empty" barriers);
+    a barrier of the whole block publishes them."""
     from tilevm.backend.lowering.barrier import emit_barrier
 
     with _thread0(cg):
         for k in range(state.ring):
             _asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k))])
+        for k in state.empty.values():
+            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+                 [state.barrier(cg, ir.Constant(I32, k)),
+                  ir.Constant(I32, cg.program.num_warps)])
         _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
-    emit_barrier(cg)
+    emit_barrier(cg, whole_block=True)
+
+
+def _wait_parity(cg: KernelCodegen, bar: ir.Value, parity: ir.Value) -> None:
+    text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 "
+            "done, [$0], $1; @!done bra wait; }")
+    _asm(cg, text, "r,r,~{memory}", [bar, parity])
+
+
+def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
+    """A copy in the body of a program with a producer warp: once all its lanes are
+    here, each warp's lane 0 arrives on the buffer's "empty" barrier."""
+    state: TmaState = cg.tma
+    bar = state.barrier(cg, ir.Constant(I32, state.empty[inst.dst.name]))
+    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    lane = cg.b.and_(cg.tid, ir.Constant(I32, 31))
+    with cg.b.if_then(cg.b.icmp_unsigned("==", lane, ir.Constant(I32, 0))):
+        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
 
 def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None:
-    """Thread 0: post the box's bytes on the group's barrier, issue the copy."""
+    """Thread 0: post the box's bytes on the group's barrier, issue the copy (in the
+    producer: once the buffer's "empty" barrier has completed the phase of this copy;
+    in the other warps of such a program: the buffer's release)."""
     state: TmaState = cg.tma
+    if state.empty and not cg.in_producer:
+        emit_tma_release(cg, inst)
+        return
     spec = _spec(inst)
     bar = state.barrier(cg, state.current_slot(cg))
     coords = [cg.b.trunc(cg.i64(inst.offsets[d]), I32) for d in spec.dims]
     rank = len(spec.dims)
     names = ", ".join(f"${i + 3}" for i in range(rank))
+    if state.empty:
+        issued = state.issued[inst.dst.name]
+        count = cg.b.load(issued)
+        _wait_parity(cg, state.barrier(cg, ir.Constant(I32, state.empty[inst.dst.name])),
+                     cg.b.and_(count, ir.Constant(I32, 1)))
+        cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), issued)
     with _thread0(cg):
         _asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
              "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
@@ -143,11 +197,13 @@ def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None
 
 
 def emit_tma_commit(cg: KernelCodegen) -> None:
-    """Thread 0 arrives on the group's barrier (its one arrival); the group is counted."""
+    """Thread 0 arrives on the group's barrier (its one arrival); the group is counted
+    (with a producer warp, it alone arrives)."""
     state: TmaState = cg.tma
-    bar = state.barrier(cg, state.current_slot(cg))
-    with _thread0(cg):
-        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+    if cg.in_producer or not state.empty:
+        bar = state.barrier(cg, state.current_slot(cg))
+        with _thread0(cg):
+            _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
     count = cg.b.load(state.groups)
     cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), state.groups)
 
@@ -165,9 +221,6 @@ def emit_tma_wait(cg: KernelCodegen, n: int) -> None:
         group = b.sub(target, ir.Constant(I32, back))
         with b.if_then(b.icmp_signed(">", group, waited)):
             bar = state.barrier(cg, b.urem(group, ring))
-            parity = b.and_(b.udiv(group, ring), ir.Constant(I32, 1))
-            text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 "
-                    "done, [$0], $1; @!done bra wait; }")
-            _asm(cg, text, "r,r,~{memory}", [bar, parity])
+            _wait_parity(cg, bar, b.and_(b.udiv(group, ring), ir.Constant(I32, 1)))
     later = b.icmp_signed(">", target, waited)
     b.store(b.select(later, target, waited), state.waited)

@@ -87,7 +87,7 @@ class SharedPlan:
     total_bytes: int
     base_align: int  # the buffer's start must be aligned to this (max allocation align)
     scratch_offset: int | None = None  # 16 bytes for block-wide hand-overs, if needed
-    barrier_offset: int | None = None  # the ring of `barriers` 8-byte TMA mbarriers
+    barrier_offset: int | None = None  # `barriers` 8-byte TMA mbarriers (`tma_barriers`)
     barriers: int = 0
 
     def offset(self, name: str) -> int:
@@ -188,7 +188,7 @@ def shared_plan(program: Program) -> SharedPlan:
     scratch = None
     if any(isinstance(i, ins.AtomicAdd) for i in instructions(program.body)):
         scratch, total = total, total + MIN_ALIGN
-    barrier_offset, barriers = None, tma_ring(program)
+    barrier_offset, barriers = None, tma_barriers(program)
     if barriers:
         barrier_offset = total
         total += -(-8 * barriers // MIN_ALIGN) * MIN_ALIGN
@@ -205,21 +205,38 @@ def is_tma(inst: ins.Instruction) -> bool:
 
 
 def tma_ring(program: Program) -> int:
-    """mbarriers a program whose `copy_async`s go through TMA needs (0 otherwise)."""
+    """mbarriers a program whose `copy_async`s go through TMA needs for its groups (0
+    otherwise)."""
     if not any(is_tma(i) for i in instructions(program.body)):
         return 0
-    ring = tma_ring_bound(program)
+    ring = tma_ring_bound(program, producer=bool(program.producer_warps))
     assert ring is not None, "TMA selected for a program whose groups cannot use a ring"
     return ring
+
+
+def tma_barriers(program: Program) -> int:
+    """All the mbarriers of its TMA copies: the groups' ring, and with a producer warp
+    one "empty" barrier per buffer the copies write (`split_producer_warp`), after it."""
+    ring = tma_ring(program)
+    if not ring or not program.producer_warps:
+        return ring
+    return ring + len({i.dst.name for i in instructions(program.body) if is_tma(i)})
 
 
 _MAX_RING = 8  # more groups pending than this: the copies keep `cp.async`
 
 
-def tma_ring_bound(program: Program) -> int | None:
+def tma_ring_bound(program: Program, producer: bool = False) -> int | None:
     """The ring of mbarriers TMA copies of this program would need: the most commit
     groups pending (committed, not yet retired by a `copy_async_wait`) right after a
     commit, on any path; None when no ring is safe.
+
+    `producer`: the copies are issued by a producer warp (`split_producer_warp`), which
+    arms group j's barrier once every warp has passed the program's first copy of group
+    j: the ring is then the most groups pending at a group's first copy, counting it,
+    and every other warp is done polling group `j - R` by then (it retired it before
+    that copy, and each warp releases a buffer only after all its lanes got there), so
+    no `sync` is needed between a wait and a copy.
 
     Group j owns barrier `j % R`, and group `j + R` reuses it. That is safe when every
     thread is done waiting on group j before group `j + R` is issued: j is retired by
@@ -239,6 +256,10 @@ def tma_ring_bound(program: Program) -> int | None:
             return None
         pending, waited, open_ = state
         if isinstance(inst, ins.CopyAsync):
+            if producer:
+                if not open_:
+                    ring = max(ring, pending + 1)
+                return (pending, False, True) if pending < _MAX_RING else None
             return None if waited else (pending, waited, True)
         if isinstance(inst, ins.CopyAsyncCommit):
             ring = max(ring, pending + 1)

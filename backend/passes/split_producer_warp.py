@@ -1,0 +1,280 @@
+"""Pass `split_producer_warp`: the TMA copies of a program with `producer_warps == 1`
+move to a warp of their own.
+
+Expects: a program after `lower_bit_packing` (every instruction's lowering chosen). A
+program without a producer warp passes unchanged. With one (`tv.producer_warp()`), the
+program must be splittable, else a `VMError` names the instruction in the way:
+- every `copy_async` goes through TMA (`is_tma`; sm_90a, whole tiles of fixed views),
+  and there is at least one;
+- no other shared tensor shares a byte with a buffer the copies write
+  (`shared_plan`), so that buffer's bytes are written only by its own copies and the
+  barriers below order every reuse;
+- the copies' offsets, the bounds of the loops and the conditions of the branches
+  around them are computed from scalars alone (parameters, `block_idx`, loop
+  variables, `let`s of those), not from an instruction's result (`atomic_add`);
+- every commit closes a group with at least one copy on every path (the producer arms
+  a group's barrier only behind a copy's wait for its buffer, see below);
+- the copy groups fit a ring of barriers (`tma_ring_bound` with `producer=True`).
+
+Guarantees: `producer` is the producer warp's body: the statement tree of `body` with
+only the scalar statements, the views and allocations, the copies and the commits
+(loops and branches with none of those dropped). `body` is what the other warps run:
+the same program in which
+- a `copy_async` is the *release* of its buffer: once the wgmmas reading it are
+  retired (`wgmma_waits` treats it as the write it stands for), each warp arrives on
+  the buffer's "empty" barrier; the producer waits for that barrier's phase before the
+  copy's bytes go in (the k-th copy into a buffer waits for the k-th release, written
+  at the same place of the same control flow, so the counts always match);
+- a `copy_async_commit` only counts the group, whose "full" barrier the producer
+  arms, and `copy_async_wait` waits on it as before;
+- a `sync` goes where no write other than a TMA copy (`store_shared`, `store_global`,
+  `atomic_add`) lies between it and the syncs next to it on any path: it ordered the
+  copies only, which the barriers now do. A `sync` left is a barrier of the
+  `num_warps` warps only (`bar.sync 1`), the producer warp not among them.
+
+Why: with one block-wide `sync` per k-tile, the copies of k-tile t + lead wait for
+the slowest warp to reach t, and every warp waits for every other; with the copies in
+their own warp, a warp waits only for the copies it reads, and a buffer refills as
+soon as the last wgmma reading it has retired (so `lead` may be `stages - 1`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from tilevm.backend.passes.plan_shared_memory import is_tma, shared_plan, tma_ring_bound
+from tilevm.ir import dataflow
+from tilevm.ir import instructions as ins
+from tilevm.ir.errors import VMError
+from tilevm.ir.expr import Expr, free_vars
+from tilevm.ir.printer import format_instruction
+from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
+from tilevm.ir.transform import instructions
+from tilevm.ir.types import MemorySpace, Tensor
+
+# What the producer warp runs of the program: the copies and what addresses them.
+PRODUCER_INSTRUCTIONS = (ins.GlobalView, ins.AllocShared, ins.CopyAsync,
+                         ins.CopyAsyncCommit, ins.Assume)
+# Instructions that write their `dst` (other than a TMA copy, ordered by barriers).
+WRITES = (ins.StoreShared, ins.StoreGlobal, ins.AtomicAdd, ins.CopyAsync)
+
+
+def split_producer_warp(program: Program) -> Program:
+    if not program.producer_warps:
+        return program
+    _check_copies(program)
+    tainted = _results_of_instructions(program.body)
+    producer = _producer_body(program.body, tainted)
+    consumers = _without_copy_syncs(program.body)
+    return replace(program, body=consumers, producer=producer)
+
+
+def tma_destinations(program: Program) -> tuple[str, ...]:
+    """The shared tensors TMA copies write, in order of first copy: one "empty" barrier
+    each when the program has a producer warp."""
+    return tuple(dict.fromkeys(i.dst.name for i in instructions(program.body) if is_tma(i)))
+
+
+def _fail(message: str, inst: ins.Instruction | None = None) -> VMError:
+    return VMError(f"tv.producer_warp(): {message}",
+                   format_instruction(inst) if inst is not None else None,
+                   inst.loc if inst is not None else None)
+
+
+def _check_copies(program: Program) -> None:
+    copies = [i for i in instructions(program.body) if isinstance(i, ins.CopyAsync)]
+    if not copies:
+        raise _fail("the program has no copy_async for the producer warp to issue")
+    for copy in copies:
+        if not is_tma(copy):
+            raise _fail("this copy_async does not go through TMA (the producer warp needs "
+                        "--arch sm_90a and copies of whole tiles from views fixed for the "
+                        "launch)", copy)
+    plan = shared_plan(program)
+    for name in tma_destinations(program):
+        mine = plan.allocations[name]
+        for other in plan.allocations.values():
+            if other.name != name and other.offset < mine.offset + mine.size \
+                    and mine.offset < other.offset + other.size:
+                alloc = next(i for i in instructions(program.body)
+                             if isinstance(i, ins.AllocShared) and i.out.name == other.name)
+                raise _fail(f"%{other.name} reuses bytes of %{name}, which TMA copies "
+                            "write: the producer warp's barriers order a buffer's own "
+                            f"uses only (keep %{name} allocated for the whole kernel)",
+                            alloc)
+
+    def group_has_copies(inst: ins.Instruction, copied: bool) -> bool:
+        if isinstance(inst, ins.CopyAsyncCommit):
+            if not copied:
+                raise _fail("this commit's group may have no copy (on some path no "
+                            "copy_async comes after the previous commit); with a "
+                            "producer warp every group must have one, since only a "
+                            "copy waits for the consumers to be done with the group's "
+                            "barrier", inst)
+            return False
+        return copied or isinstance(inst, ins.CopyAsync)
+
+    dataflow.walk(program.body, True, group_has_copies, bool.__and__)
+    if tma_ring_bound(program, producer=True) is None:
+        raise _fail("the copy groups cannot share a ring of barriers (more than 8 in "
+                    "flight, or copies still in flight when the kernel ends)")
+
+
+def _bodies(stmt: Stmt) -> tuple[Seq, ...]:
+    if isinstance(stmt, Seq):
+        return (stmt,)
+    if isinstance(stmt, For):
+        return (stmt.body,)
+    if isinstance(stmt, If):
+        return (stmt.then_body,) + (() if stmt.else_body is None else (stmt.else_body,))
+    return ()
+
+
+def _results_of_instructions(body: Seq) -> set[str]:
+    """Scalars the producer cannot compute: instruction results (`atomic_add`'s old
+    value) and every variable assigned from one."""
+    tainted: set[str] = set()
+
+    def visit(seq: Seq) -> None:
+        for stmt in seq.body:
+            if isinstance(stmt, ins.AtomicAdd):
+                tainted.add(stmt.out.name)
+            elif isinstance(stmt, (Let, AssignVar)) and _reads(stmt.value, tainted):
+                tainted.add(stmt.var.name)
+            for inner in _bodies(stmt):
+                visit(inner)
+
+    for _ in range(2):  # a loop may carry a tainted value back to its start
+        visit(body)
+    return tainted
+
+
+def _reads(expr: Expr, names: set[str]) -> bool:
+    return any(v.name in names for v in free_vars(expr))
+
+
+def _producer_body(seq: Seq, tainted: set[str]) -> Seq:
+    """`seq` with the producer's statements only (see the module docstring)."""
+    kept: list[Stmt] = []
+    for stmt in seq.body:
+        if isinstance(stmt, ins.Instruction):
+            if isinstance(stmt, PRODUCER_INSTRUCTIONS):
+                if isinstance(stmt, ins.CopyAsync) and any(_reads(o, tainted)
+                                                           for o in stmt.offsets):
+                    raise _fail("this copy's offsets are computed from an instruction's "
+                                "result, which the producer warp does not have", stmt)
+                kept.append(stmt)
+        elif isinstance(stmt, (Let, AssignVar)):
+            if stmt.var.name not in tainted:
+                kept.append(stmt)
+        elif isinstance(stmt, Seq):
+            kept.extend(_producer_body(stmt, tainted).body)
+        elif isinstance(stmt, For):
+            body = _producer_body(stmt.body, tainted)
+            if _issues(body):
+                if any(_reads(e, tainted) for e in (stmt.start, stmt.stop, stmt.step)):
+                    raise _fail(f"the bounds of loop {stmt.var.name} (line "
+                                f"{stmt.loc.line if stmt.loc else '?'}) are computed from "
+                                "an instruction's result; the producer warp runs the loop "
+                                "to issue its copies")
+                kept.append(replace(stmt, body=body))
+        elif isinstance(stmt, If):
+            then = _producer_body(stmt.then_body, tainted)
+            other = None if stmt.else_body is None else _producer_body(stmt.else_body,
+                                                                        tainted)
+            if _issues(then) or (other is not None and _issues(other)):
+                if _reads(stmt.cond, tainted):
+                    raise _fail(f"the condition of the if at line "
+                                f"{stmt.loc.line if stmt.loc else '?'} is computed from "
+                                "an instruction's result; the producer warp needs it to "
+                                "issue the copies inside")
+                kept.append(replace(stmt, then_body=then, else_body=other))
+    return Seq(body=tuple(kept))
+
+
+def _issues(seq: Seq) -> bool:
+    """Whether `seq` issues a copy or a commit, or assigns a scalar (which later copies
+    may read)."""
+    for stmt in seq.body:
+        if isinstance(stmt, (ins.CopyAsync, ins.CopyAsyncCommit, AssignVar)):
+            return True
+        if any(_issues(b) for b in _bodies(stmt)):
+            return True
+    return False
+
+
+def accesses(inst: ins.Instruction) -> frozenset[tuple[MemorySpace, str]]:
+    """What a `sync` may have to order about `inst` between warps: (space, "read" or
+    "write") for each shared or global tensor it accesses. A TMA copy has none: its
+    global reads and shared writes are ordered by barriers and waits, never by a
+    `sync` (an asynchronous copy is in flight across one anyway)."""
+    if is_tma(inst) or isinstance(inst, (ins.AllocShared, ins.FreeShared, ins.GlobalView)):
+        return frozenset()
+    found = set()
+    for f in fields(inst):
+        for value in _tensors(getattr(inst, f.name)):
+            if value.space is not MemorySpace.REGISTER:
+                written = f.name == "dst" and isinstance(inst, WRITES)
+                found.add((value.space, "write" if written else "read"))
+                if isinstance(inst, ins.AtomicAdd):
+                    found.add((value.space, "read"))
+    return frozenset(found)
+
+
+def _tensors(value: object) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _conflict(before: frozenset, after: frozenset) -> bool:
+    """Whether accesses on the two sides of a `sync` include a write and another access
+    of the same memory space."""
+    return any(space == other and "write" in (kind, other_kind)
+               for space, kind in before for other, other_kind in after)
+
+
+def _without_copy_syncs(body: Seq) -> Seq:
+    """`body` without the syncs that order TMA copies only (module docstring)."""
+    # Per sync, the accesses since the syncs kept before it and until those kept after
+    # it, on any path (a loop's body is walked until its states settle; the last walk,
+    # with the settled states, is the one recorded). Dropping a sync merges its two
+    # windows, so they are recomputed after each one dropped.
+    dropped: set[int] = set()
+    while True:
+        before: dict[int, frozenset] = {}
+        after: dict[int, frozenset] = {}
+        for side, backward in ((before, False), (after, True)):
+            def step(inst: ins.Instruction, seen: frozenset, side=side) -> frozenset:
+                if isinstance(inst, ins.Sync) and id(inst) not in dropped:
+                    side[id(inst)] = seen
+                    return frozenset()
+                return seen | accesses(inst)
+
+            dataflow.walk(body, frozenset(), step, frozenset.union, backward=backward)
+        spare = next((key for key in before if not _conflict(before[key], after[key])),
+                     None)
+        if spare is None:
+            break
+        dropped.add(spare)
+    needed = set(before)
+
+    def strip(seq: Seq) -> Seq:
+        out: list[Stmt] = []
+        for stmt in seq.body:
+            if isinstance(stmt, ins.Sync) and id(stmt) not in needed:
+                continue
+            if isinstance(stmt, Seq):
+                stmt = strip(stmt)
+            elif isinstance(stmt, For):
+                stmt = replace(stmt, body=strip(stmt.body))
+            elif isinstance(stmt, If):
+                stmt = replace(stmt, then_body=strip(stmt.then_body),
+                               else_body=None if stmt.else_body is None
+                               else strip(stmt.else_body))
+            out.append(stmt)
+        return Seq(body=tuple(out))
+
+    return strip(body)
