@@ -122,15 +122,15 @@ class KernelCodegen:
         """The producer warp's body, run by its first thread; the warp then returns and
         the code after this runs in the `num_warps` warps of `body`."""
         b, first = self.b, ir.Constant(I32, self.program.num_threads)
+        # The body defines its scalars and tensors anew: what the producer's did goes.
+        scalars, tensors = dict(self.scalars), dict(self.tensors)
         with b.if_then(b.icmp_unsigned(">=", self.tid, first)):
             with b.if_then(b.icmp_unsigned("==", self.tid, first)):
                 wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
                 self.lower_seq(producer)
                 self.wgmma, self.in_producer = wgmma, False
             b.ret_void()
-        self.scalars = {p.name: a for p, a in zip(self.program.params, self.function.args)
-                        if not isinstance(p, Pointer)}
-        self.tensors.clear()
+        self.scalars, self.tensors = scalars, tensors
 
     def _find_carried(self, seq: Seq) -> None:
         for stmt in seq.body:

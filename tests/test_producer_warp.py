@@ -214,3 +214,28 @@ def test_gpu_producer_warp_matches_the_interpreter_and_float64():
         ref = x.astype(np.float64) @ wt.astype(np.float64).T
         bound = 2.0 ** -11 * np.abs(ref).max() + K * 2.0 ** -24 * np.abs(ref).max()
         assert np.abs(y - ref).max() <= bound
+
+
+def test_a_result_carried_round_a_loop_through_several_variables_is_found():
+    @tv.kernel(num_warps=4)
+    def chain(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f16), count: tv.ptr(tv.int32),
+              M: tv.int32):
+        tv.producer_warp()
+        tv.grid(1)
+        gx = tv.global_view(x, [M, 64])
+        buf = tv.alloc_shared(tv.f16, [64, 64])
+        a = b = c = M * 0
+        for _ in tv.range(0, 4):  # c gets the atomic's result on the third iteration
+            c = b
+            b = a
+            a = tv.atomic_add(tv.global_view(count, [1]), [0])
+            tv.copy_async(buf, gx, [c * 64, 0])
+            tv.copy_async_commit()
+            tv.copy_async_wait(0)
+            tv.sync()
+            tv.store_global(tv.global_view(y, [64, 64]),
+                            tv.load_shared(buf, [0, 0], [64, 64]), [0, 0])
+            tv.sync()
+
+    with pytest.raises(VMError, match="offsets are computed from an instruction's result"):
+        _lowered(chain.specialize())

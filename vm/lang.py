@@ -173,8 +173,8 @@ def producer_warp() -> None:
     (passed the point where the program writes the copy, with the wgmmas reading the
     buffer retired). The program means what it means without this call (the
     interpreter ignores it); the compiler refuses a program it cannot split this way
-    (`split_producer_warp`: every copy through TMA, no `free_shared`, shared tensors
-    allocated outside loops and branches, copies addressed by scalars only)."""
+    (`split_producer_warp`: every copy through TMA, a copy in every group, no shared
+    tensor in a copied buffer's bytes, copies addressed by scalars only)."""
     ctx = fv.current("tv.producer_warp")
     if ctx.builder.producer_warps:
         first = f" (first at line {ctx.producer_loc.line})" if ctx.producer_loc else ""

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64
-from tilevm.backend.passes.plan_shared_memory import is_tma, tma_ring
-from tilevm.backend.passes.split_producer_warp import tma_destinations
+from tilevm.backend.passes.plan_shared_memory import is_tma, tma_destinations, tma_ring
 from tilevm.backend.runtime import TensorMapSpec
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program

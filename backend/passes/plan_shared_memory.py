@@ -220,7 +220,13 @@ def tma_barriers(program: Program) -> int:
     ring = tma_ring(program)
     if not ring or not program.producer_warps:
         return ring
-    return ring + len({i.dst.name for i in instructions(program.body) if is_tma(i)})
+    return ring + len(tma_destinations(program))
+
+
+def tma_destinations(program: Program) -> tuple[str, ...]:
+    """The shared tensors TMA copies write, in order of first copy: one "empty" barrier
+    each when the program has a producer warp."""
+    return tuple(dict.fromkeys(i.dst.name for i in instructions(program.body) if is_tma(i)))
 
 
 _MAX_RING = 8  # more groups pending than this: the copies keep `cp.async`

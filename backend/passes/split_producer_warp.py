@@ -42,7 +42,12 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from tilevm.backend.passes.plan_shared_memory import is_tma, shared_plan, tma_ring_bound
+from tilevm.backend.passes.plan_shared_memory import (
+    is_tma,
+    shared_plan,
+    tma_destinations,
+    tma_ring_bound,
+)
 from tilevm.ir import dataflow
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
@@ -67,12 +72,6 @@ def split_producer_warp(program: Program) -> Program:
     producer = _producer_body(program.body, tainted)
     consumers = _without_copy_syncs(program.body)
     return replace(program, body=consumers, producer=producer)
-
-
-def tma_destinations(program: Program) -> tuple[str, ...]:
-    """The shared tensors TMA copies write, in order of first copy: one "empty" barrier
-    each when the program has a producer warp."""
-    return tuple(dict.fromkeys(i.dst.name for i in instructions(program.body) if is_tma(i)))
 
 
 def _fail(message: str, inst: ins.Instruction | None = None) -> VMError:
@@ -144,9 +143,11 @@ def _results_of_instructions(body: Seq) -> set[str]:
             for inner in _bodies(stmt):
                 visit(inner)
 
-    for _ in range(2):  # a loop may carry a tainted value back to its start
+    while True:  # until a loop carries no new tainted value back to its start
+        known = len(tainted)
         visit(body)
-    return tainted
+        if len(tainted) == known:
+            return tainted
 
 
 def _reads(expr: Expr, names: set[str]) -> bool:
