@@ -106,9 +106,9 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
         # memory for the next one).
         wt = torch.empty(qw.scales.shape[1], K, dtype=x.dtype, device=x.device)
         _dequantizer(qw)(qw.packed, qw.scales, zeros, wt, N, K)
-        _qmm(qw, s)(x, wt, y, M, N, K)
+        _qmm(qw, s, N)(x, wt, y, M, N, K)
         return
-    qmm = _qmm(qw, s)
+    qmm = _qmm(qw, s, N)
     if s.staged or s.wgmma:
         qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
         return
@@ -120,19 +120,24 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
 _kernels: dict[tuple[Any, ...], Any] = {}
 
 
-def _qmm(qw: QuantizedWeight, s: Schedule) -> Any:
+def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
+    # The Hopper kernels store y through shared memory, 16 bytes a thread, where its
+    # rows are 16-byte aligned (`qmm_wgmma.store_transposed`).
+    wide = {"wide_stores": N % 8 == 0} if s.wgmma else {}
     if s.dequant:  # the matmul of the dequantized weights: by activation type only
-        key = (qw.scale_dtype.name, s)
+        key = (qw.scale_dtype.name, s, *wide.values())
         if key not in _kernels:
-            _kernels[key] = _load(schedule_kernel(s, qw.scale_dtype.name), **s.constants())
+            _kernels[key] = _load(schedule_kernel(s, qw.scale_dtype.name), **s.constants(),
+                                  **wide)
         return _kernels[key]
-    key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s)
+    key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s,
+           *wide.values())
     loaded = _kernels.get(key)
     if loaded is None:
-        act, wdtype, group_size, has_zeros, _ = key
+        act, wdtype, group_size, has_zeros = key[:4]
         loaded = _kernels[key] = _load(schedule_kernel(s, act), wdtype=wdtype,
                                        group_size=group_size, has_zeros=has_zeros,
-                                       **s.constants())
+                                       **s.constants(), **wide)
     return loaded
 
 

@@ -30,7 +30,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
-from tilevm.kernels.qmm_wgmma import grouped_tiles
+from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed
 from tilevm.kernels.qmm_wgmma_shared import dequantized
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
@@ -103,7 +103,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
     def wt_matmul(x: tv.ptr(act, const=True), wt: tv.ptr(act, const=True), y: tv.ptr(act),
                   M: tv.int32, N: tv.int32, K: tv.int32,
                   *, bm: int = 256, bk: int = 64, num_warps: int = 8, stages: int = 4,
-                  lead: int = 2, group_m: int = 8, producer: bool = False):
+                  lead: int = 2, group_m: int = 8, producer: bool = False,
+                  wide_stores: bool = False):
         tv.static_assert(bk in (32, 64), f"bk={bk} must be 32 or 64 (64- or 128-byte rows)")
         tv.static_assert(num_warps % 4 == 0, f"num_warps={num_warps} must be whole "
                          "warpgroups")
@@ -112,6 +113,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
         most = stages - 1 if producer else stages - 2
         tv.static_assert(3 <= stages <= 6 and 1 <= lead <= most,
                          f"stages={stages} (3..6) and lead={lead} (1..{most})")
+        tv.static_assert(not (producer and wide_stores), "wide_stores reuses the copied "
+                         "buffers' bytes, which a producer warp does not allow")
         if producer:
             tv.producer_warp()
         bn = 16 * num_warps
@@ -144,8 +147,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.copy_async(ws[(s + lead) % stages], gwt, [n0, k + lead * bk])
                 tv.copy_async_commit()
         tv.copy_async_wait(0)
-        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
-                        [n0, m0])
+        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, (*xs, *ws),
+                         wide_stores)
 
     wt_matmul.name = f"wt_matmul_{act.name}"
     return wt_matmul

@@ -56,7 +56,7 @@ from tilevm.kernels.qmm import (
     fetch_ahead,
     shift_ahead,
 )
-from tilevm.kernels.qmm_wgmma import block_tile, copy_scales
+from tilevm.kernels.qmm_wgmma import block_tile, copy_scales, store_transposed
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
@@ -77,7 +77,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          *, wdtype: DataType = tv.int4, group_size: int = 128,
                          has_zeros: bool = False, bm: int = 256, bk: int = 64,
                          num_warps: int = 8, stages: int = 4, lead: int = 2,
-                         group_m: int = 8, prefetch: int = 1):
+                         group_m: int = 8, prefetch: int = 1,
+                         wide_stores: bool = False):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -163,8 +164,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
             if batch:
                 w1, w2, w3, w4 = n1, n2, n3, n4
         tv.copy_async_wait(0)
-        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
-                        [n0, m0])
+        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps,
+                         (*xs, *ws, *ss, *(zs or ())), wide_stores)
 
     qmm_wgmma_shared.name = f"qmm_wgmma_shared_{act.name}"
     return qmm_wgmma_shared

@@ -114,6 +114,8 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
                      has_zeros=qw.zeros is not None, **s.constants())
     y = np.full((M, N), np.nan, np.float16)
     if s.staged or s.wgmma:
+        if s.wgmma:  # as `kernels.matmul` launches them
+            constants["wide_stores"] = N % 8 == 0
         schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                      **constants)
         return y

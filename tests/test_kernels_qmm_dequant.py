@@ -55,19 +55,20 @@ def test_dequantize_kernel_writes_the_weights_transposed(wdtype, g, zeros, K, N)
     assert not wt[N:].any()
 
 
-@pytest.mark.parametrize("M, N, K, bm, stages, lead, producer", [
-    (40, 128, 512, 64, 4, 2, False),
-    (70, 200, 160, 32, 3, 1, False),  # ragged M and N; K = 160: the last iteration reads zeros
-    (8, 64, 96, 8, 6, 4, False),
-    (70, 200, 160, 32, 4, 3, True),  # a producer warp allows lead = stages - 1
+@pytest.mark.parametrize("M, N, K, bm, stages, lead, producer, wide", [
+    (40, 128, 512, 64, 4, 2, False, False),
+    (70, 200, 160, 32, 3, 1, False, False),  # ragged M and N; K = 160: the last
+    (70, 200, 160, 32, 3, 1, False, True),  # iteration reads zeros; y through shared
+    (8, 64, 96, 8, 6, 4, False, False),
+    (70, 200, 160, 32, 4, 3, True, False),  # a producer warp allows lead = stages - 1
 ])
-def test_wt_matmul_matches_float64(M, N, K, bm, stages, lead, producer):
+def test_wt_matmul_matches_float64(M, N, K, bm, stages, lead, producer, wide):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((M, K)).astype(np.float16)
     wt = rng.standard_normal((N, K)).astype(np.float16)
     y = np.full((M, N), np.nan, np.float16)
     wt_matmul_kernel("f16").interpret(x, wt, y, M, N, K, bm=bm, num_warps=4, stages=stages,
-                                      lead=lead, producer=producer)
+                                      lead=lead, producer=producer, wide_stores=wide)
     ref = x.astype(np.float64) @ wt.astype(np.float64).T
     # f32 accumulation of exact f16 products, then one f16 rounding
     bound = 2.0 ** -11 * np.abs(ref).max() + K * 2.0 ** -24 * np.abs(ref).max()
