@@ -195,7 +195,7 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
     its values, and after a barrier reads back and stores 16 contiguous bytes of a row
     of y: for a 256 x 128 tile, 16 global stores a thread instead of 128, for 128
     2-byte shared stores and 32 8-byte shared loads. Measured on an H100 (the f16
-    matmul of the dequant pair, M = 4096): 0.94-0.98x the time
+    matmul of the dequant pair, M = 4096): 0.93-0.98x the time
     (bench/results/qmm_h100_prefill_epilogue/). `wide` needs N % 8 == 0 (the 16-byte
     pieces of a row are then aligned; checked before launch).
 
@@ -215,13 +215,15 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
     for buf in buffers:
         tv.free_shared(buf)
     tv.sync()  # every warp is done with the buffers whose bytes the tile takes
-    out = tv.alloc_shared(act, [bm, bn], layout=SharedLayout((bm, bn), (bn + 4, 1), act.bits))
+    padded = SharedLayout((bm, bn), (bn + 4, 1), act.bits)  # 8 bytes a row: see above
+    out = tv.alloc_shared(act, [bm, bn], layout=padded)
     tv.store_shared(out, tile)
     tv.sync()
     rows = local(bm * bn // (8 * threads), 1).spatial(threads // per_row, per_row) \
         .local(1, 8)
     tv.store_global(tv.global_view(y, [M, N]),
                     tv.load_shared(out, [0, 0], [bm, bn], layout=rows), [m0, n0])
+
 
 def _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
     """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales

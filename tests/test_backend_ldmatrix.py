@@ -239,4 +239,3 @@ def test_gpu_fragment_stores_through_stmatrix_keep_every_element(constants):
     y = np.full_like(x, np.nan)
     launch_program(lk.store_fragments.specialize(**constants), [x, y])
     np.testing.assert_array_equal(y, x)
-
