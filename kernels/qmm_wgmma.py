@@ -199,10 +199,9 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
     (bench/results/qmm_h100_prefill_epilogue/). `wide` needs N % 8 == 0 (the 16-byte
     pieces of a row are then aligned; checked before launch).
 
-    The shared tile's rows are padded by 8 bytes, unswizzled: with the default
-    (swizzled, unpadded) layout the H100 stored the tile wrong, shifted by 8 rows and 8
-    columns, through `stmatrix` or `st.shared` alike, while the same store of loaded
-    values was right; the cause is not found (see that folder's README)."""
+    The shared tile's rows are padded by 8 bytes, unswizzled (2-byte shared stores): the
+    planner's swizzled layout (`stmatrix` stores) took 1.005x the time
+    (bench/results/wgmma_tile_store/)."""
     bn, bm = acc_layout.shape
     threads = 32 * num_warps
     per_row = bn // 8  # threads along a row of the tile: 16 bytes each
@@ -215,7 +214,7 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
     for buf in buffers:
         tv.free_shared(buf)
     tv.sync()  # every warp is done with the buffers whose bytes the tile takes
-    padded = SharedLayout((bm, bn), (bn + 4, 1), act.bits)  # 8 bytes a row: see above
+    padded = SharedLayout((bm, bn), (bn + 4, 1), act.bits)  # 8 bytes a row
     out = tv.alloc_shared(act, [bm, bn], layout=padded)
     tv.store_shared(out, tile)
     tv.sync()

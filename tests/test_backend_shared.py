@@ -16,6 +16,7 @@ from program_strategies import valid_programs
 
 from tilevm.backend import ptxas
 from tilevm.backend.passes.plan_shared_memory import (
+    MAX_BASE_ALIGN,
     MIN_ALIGN,
     default_shared_layout,
     plan_shared_memory,
@@ -106,6 +107,18 @@ def test_live_tensors_get_disjoint_aligned_bytes():
             assert x is y or not _overlap(x, y)
     assert allocs["c"].offset == 8192 + 16 * 24 and plan.total_bytes == 8576 + 400
     assert plan.total_bytes % MIN_ALIGN == 0 and plan.base_align == 1024
+
+
+def test_the_buffer_is_declared_aligned_to_at_most_1024_bytes():
+    """A swizzle of 256-byte rows has a period of 2048 bytes: its tile is placed at a
+    multiple of 2048 inside the buffer, but the buffer's start is declared (and LLVM
+    assumes it) 1024-aligned only, what the GPU gives."""
+    wide = _shared("wide", (32, 128))  # f16: 256-byte rows
+    assert default_shared_layout(wide).swizzle.period == 2048
+    small = _shared("small", (4, 8))
+    plan = _plan(_alloc(small), _alloc(wide), _use(small), _use(wide))
+    assert plan.allocations["wide"].align == 2048 and plan.offset("wide") % 2048 == 0
+    assert plan.base_align == MAX_BASE_ALIGN == 1024
 
 
 def test_freed_bytes_are_reused_after_a_barrier():

@@ -14,7 +14,7 @@ import pytest
 from kernel_harness import load_module
 
 from tilevm.backend.lowering.wgmma_waits import analyze
-from tilevm.backend.pipeline import compile_program, run_passes
+from tilevm.backend.pipeline import compile_program, run_passes, shared_plan
 from tilevm.backend.ptxas import check_ptx
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
@@ -27,7 +27,7 @@ from tilevm.vm import lang as tv
 k = load_module(Path(__file__).resolve().parent / "kernels" / "wgmma_kernels.py")
 
 VARIANTS = [dict(), dict(bm=128), dict(bm=128, num_warps=8), dict(bk=32),
-            dict(bk=16, bn=128), dict(bn=256, bm=64)]
+            dict(through_shared=True), dict(bk=16, bn=128), dict(bn=256, bm=64)]
 
 
 def _args(M: int, N: int, K: int, seed: int = 0) -> tuple:
@@ -38,7 +38,7 @@ def _args(M: int, N: int, K: int, seed: int = 0) -> tuple:
         bt.astype(np.float64).T
 
 
-@pytest.mark.parametrize("kw", VARIANTS[:4])
+@pytest.mark.parametrize("kw", VARIANTS[:5])
 def test_interpreter_matches_numpy(kw):
     a, bt, y, ref = _args(70, 72, 128)
     k.shared_b_matmul.interpret(a, bt, y, 70, 72, 128, **kw)
@@ -184,6 +184,20 @@ def test_descriptors_name_the_swizzle_mode_and_column_stride(bk, mode, row):
     upper = (mode << 62) | ((8 * row >> 4) << 32) | (1 << 16)
     assert str(upper - (1 << 64 if upper >> 63 else 0)) in ptx  # (PTX prints it signed)
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16") == bk // 16
+
+
+def test_descriptors_keep_every_bit_of_a_buffer_start_aligned_to_1024_bytes_only():
+    """The result's tile (256-byte rows: a swizzle period of 2048 bytes) sits at a multiple
+    of 2048 of the buffer, whose start is still declared 1024-aligned: an H100 starts it
+    at 1024 mod 2048, and with `.align 2048` LLVM built b's descriptors without address
+    bit 10 (its mask 0x3F80 of the address >> 4), so wgmma read b 1024 bytes off."""
+    program = run_passes(k.shared_b_matmul.specialize(through_shared=True), arch="sm_90a")
+    plan = shared_plan(program)
+    assert plan.allocations["out"].align == 2048 and plan.base_align == 1024
+    ptx = compile_program(k.shared_b_matmul.specialize(through_shared=True), "sm_90a").ptx
+    assert ".extern .shared .align 1024 .b8" in ptx
+    masks = re.findall(r"and\.b32\s+%r\d+, %r\d+, (\d+);", ptx)
+    assert "16320" in masks and "16256" not in masks  # 0x3FC0: bits 10..17 of the address
 
 
 def test_a_loop_body_of_dots_waits_once_before_its_barrier():

@@ -8,13 +8,21 @@ each `alloc_shared` tensor a byte offset such that
 - the offset is a multiple of the tensor's alignment, `max(16, swizzle.period)` (16 bytes
   for 16-byte vector accesses and `cp.async`; the swizzle period so that XOR-swizzling
   the buffer offset `offset + b` equals `offset + swizzle(b)`, as `SharedLayout` means);
+- `base_align`, the alignment the buffer's start is declared with, is the largest of
+  those but at most `MAX_BASE_ALIGN` (1024 bytes), what the GPU gives the start. Beyond
+  that nothing needs it: offsets and swizzles are computed from the buffer's start, and
+  only the hardware's own swizzles (TMA copies and wgmma operands, at most the 128-byte
+  swizzle, period 1024) read absolute addresses. Declaring more would be false: LLVM
+  takes the declared alignment as zero bits of the address (an H100 placed a buffer
+  declared `.align 2048` at 1024 mod 2048, and the wgmma descriptors, built without
+  bit 10, read operands 1024 bytes off; bench/results/wgmma_tile_store/);
 - tensors that may be live at the same time never share a byte;
 - `total_bytes` (a multiple of 16) covers every tensor: it is the size of the dynamic
   shared memory a launch must ask for (`CompiledKernel.shared_bytes`);
 - a program with an `atomic_add` gets `scratch_offset`: 16 bytes past every tensor,
   through which an instruction hands one thread's value to the block (a static shared
   variable instead would sit before the dynamic buffer and push its aligned start up
-  to `base_align` bytes, 4 KB for some swizzles).
+  to `base_align` bytes).
 
 Layout of a tensor created without one: `swizzled(shape, dtype)` when the tile is 2-D with
 rows of at least 16 bytes (the swizzle of `ldmatrix_swizzle`: 16-byte chunks move within
@@ -54,6 +62,7 @@ from tilevm.ir.types import MemorySpace, Tensor
 from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
 
 MIN_ALIGN = 16  # bytes: 16-byte vector accesses and cp.async chunks
+MAX_BASE_ALIGN = 1024  # bytes: the most the buffer's start is declared aligned to (above)
 
 
 def default_shared_layout(tensor: Tensor) -> SharedLayout:
@@ -85,7 +94,7 @@ class Allocation:
 class SharedPlan:
     allocations: dict[str, Allocation]  # by tensor name
     total_bytes: int
-    base_align: int  # the buffer's start must be aligned to this (max allocation align)
+    base_align: int  # the buffer's start is aligned to this (see the module docstring)
     scratch_offset: int | None = None  # 16 bytes for block-wide hand-overs, if needed
     barrier_offset: int | None = None  # `barriers` 8-byte TMA mbarriers (`tma_barriers`)
     barriers: int = 0
@@ -193,7 +202,8 @@ def shared_plan(program: Program) -> SharedPlan:
         barrier_offset = total
         total += -(-8 * barriers // MIN_ALIGN) * MIN_ALIGN
     return SharedPlan({a.name: a for a in placed}, total,
-                      max((a.align for a in placed), default=MIN_ALIGN), scratch,
+                      min(max((a.align for a in placed), default=MIN_ALIGN), MAX_BASE_ALIGN),
+                      scratch,
                       barrier_offset, barriers)
 
 

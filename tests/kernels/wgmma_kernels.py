@@ -8,9 +8,11 @@ from tilevm.vm import lang as tv
 def shared_b_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True),
                     y: tv.ptr(tv.f32), M: tv.int32, N: tv.int32, K: tv.int32,
                     *, bm: int = 64, bn: int = 64, bk: int = 64, num_warps: int = 4,
-                    act=tv.f16):
+                    act=tv.f16, through_shared: bool = False):
     """y[M, N] = a[M, K] @ bt[N, K]^T: each k-tile of b^T is stored into a K-major shared
-    tile `[bk, bn]` (b's columns contiguous) that `dot` reads in place."""
+    tile `[bk, bn]` (b's columns contiguous) that `dot` reads in place. With
+    `through_shared` the result goes through a shared tile of the planner's layout (for
+    64 f32 columns, 256-byte rows swizzled with a period of 2048 bytes) on its way out."""
     tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
     m0 = tv.block_idx(1) * bm
     n0 = tv.block_idx(0) * bn
@@ -23,6 +25,11 @@ def shared_b_matmul(a: tv.ptr(tv.f16, const=True), bt: tv.ptr(tv.f16, const=True
         tv.sync()
         acc = tv.dot(tv.load_global(ga, [m0, k0], [bm, bk]), bs, acc)
         tv.sync()  # every warpgroup has read bs before it is refilled
+    if through_shared:
+        out = tv.alloc_shared(tv.f32, [bm, bn])
+        tv.store_shared(out, acc)
+        tv.sync()
+        acc = tv.load_shared(out, [0, 0], [bm, bn])
     tv.store_global(tv.global_view(y, [M, N]), acc, [m0, n0])
 
 
