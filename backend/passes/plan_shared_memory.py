@@ -201,9 +201,8 @@ def shared_plan(program: Program) -> SharedPlan:
     if barriers:
         barrier_offset = total
         total += -(-8 * barriers // MIN_ALIGN) * MIN_ALIGN
-    return SharedPlan({a.name: a for a in placed}, total,
-                      min(max((a.align for a in placed), default=MIN_ALIGN), MAX_BASE_ALIGN),
-                      scratch,
+    base_align = min(max((a.align for a in placed), default=MIN_ALIGN), MAX_BASE_ALIGN)
+    return SharedPlan({a.name: a for a in placed}, total, base_align, scratch,
                       barrier_offset, barriers)
 
 
