@@ -175,11 +175,16 @@ def grouped_tiles(tiles_n, tiles_m, group_m: int):
     layers, best of the three tilings): groups of 8 row tiles 0.986x the time of launch
     order (0.94x to 1.02x; 70B gate_up 0.94-0.99x), 16 0.997x, 32 1.006x
     (bench/results/qmm_h100_prefill_grouped_tiles/)."""
-    pid = tv.block_idx(1) * tiles_n + tv.block_idx(0)
+    return tile_of(tv.block_idx(1) * tiles_n + tv.block_idx(0), tiles_n, tiles_m, group_m)
+
+
+def tile_of(tile, tiles_n, tiles_m, group_m: int):
+    """(column tile, row tile) of the `tile`-th tile in `grouped_tiles`' order (a
+    compile-time helper; a persistent kernel's blocks walk several)."""
     per_group = group_m * tiles_n
-    first = pid // per_group * group_m
+    first = tile // per_group * group_m
     rows = tv.min(tiles_m - first, group_m)
-    return pid % per_group // rows, first + pid % per_group % rows
+    return tile % per_group // rows, first + tile % per_group % rows
 
 
 def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,

@@ -10,17 +10,11 @@ tile (33 KB)."""
 from functools import cache
 
 from tilevm.kernels.qmm import activation_type
+from tilevm.kernels.qmm_wgmma import tile_of as _tile_of
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
 from tilevm.vm import lang as tv
-
-
-def _tile_of(tid, tiles_n, tiles_m, group_m):
-    per_group = group_m * tiles_n
-    first = tid // per_group * group_m
-    rows = tv.min(tiles_m - first, group_m)
-    return tid % per_group // rows, first + tid % per_group % rows
 
 
 @cache
