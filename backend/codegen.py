@@ -80,6 +80,14 @@ class KernelCodegen:
         annotations.add(self.module.add_metadata([
             self.function, ir.MetaDataString(self.module, "maxntidx"),
             ir.Constant(I32, program.block_threads)]))
+        if program.producer_registers:
+            # setmaxnreg needs the registers at entry known, and the split into the
+            # producer's and the body's was computed from them (`Program.body_registers`):
+            # `.maxnreg` makes ptxas use exactly that many (`.maxntid` alone lets it
+            # choose fewer, or ignore setmaxnreg, C7508).
+            annotations.add(self.module.add_metadata([
+                self.function, ir.MetaDataString(self.module, "maxnreg"),
+                ir.Constant(I32, program.entry_registers)]))
         if self.tensor_maps:
             tma.add_map_params(self.function, self.module, len(program.params),
                                len(self.tensor_maps), annotations)
@@ -120,17 +128,30 @@ class KernelCodegen:
 
     def _lower_producer(self, producer: Seq) -> None:
         """The producer warp's body, run by its first thread; the warp then returns and
-        the code after this runs in the `num_warps` warps of `body`."""
+        the code after this runs in the `num_warps` warps of `body`. With
+        `producer_registers` the producer warpgroup first gives registers back and the
+        other warps then take them (`setmaxnreg`, executed by whole warpgroups)."""
         b, first = self.b, ir.Constant(I32, self.program.num_threads)
+        registers = self.program.producer_registers
         # The body defines its scalars and tensors anew: what the producer's did goes.
         scalars, tensors = dict(self.scalars), dict(self.tensors)
         with b.if_then(b.icmp_unsigned(">=", self.tid, first)):
+            if registers:
+                self._setmaxnreg("dec", registers)
             with b.if_then(b.icmp_unsigned("==", self.tid, first)):
                 wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
                 self.lower_seq(producer)
                 self.wgmma, self.in_producer = wgmma, False
             b.ret_void()
+        if registers:
+            self._setmaxnreg("inc", self.program.body_registers)
         self.scalars, self.tensors = scalars, tensors
+
+    def _setmaxnreg(self, action: str, registers: int) -> None:
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []),
+                           f"setmaxnreg.{action}.sync.aligned.u32 {registers};", "",
+                           side_effect=True)
+        self.b.call(asm, [])
 
     def _find_carried(self, seq: Seq) -> None:
         for stmt in seq.body:

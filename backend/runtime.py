@@ -67,6 +67,7 @@ from tilevm.dtypes import DataType, encode, parse
 from tilevm.ir.errors import VMError
 from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import Binary, Const, Expr, ScalarCast, Select, Unary, Var, free_vars
+from tilevm.ir.stmt import entry_registers
 
 __all__ = [
     "ArgumentTypeError", "ArgumentValueError", "CudaError", "NoDriverError", "ModuleLoadError",
@@ -1009,9 +1010,26 @@ def load_artifact(artifact: Any) -> Kernel:
                     "num_threads": artifact.num_threads}
     signature = Signature.from_json(sig_json)
     module = load_module(artifact.ptx)
-    return module.get_function(artifact.kernel_name, signature,
-                               num_threads=artifact.num_threads,
-                               shared_bytes=artifact.shared_bytes)
+    kernel = module.get_function(artifact.kernel_name, signature,
+                                 num_threads=artifact.num_threads,
+                                 shared_bytes=artifact.shared_bytes)
+    if "setmaxnreg.inc" in artifact.ptx:
+        check_entry_registers(kernel, artifact.num_threads)
+    return kernel
+
+
+def check_entry_registers(kernel: Kernel, block_threads: int) -> None:
+    """A kernel whose producer warpgroup gives registers to the other warps
+    (`setmaxnreg`) must start with the registers `Program.body_registers` was computed
+    from: with fewer, the other warps' `setmaxnreg.inc` would wait forever for registers
+    the block's pool does not hold."""
+    expected = entry_registers(block_threads)
+    got = kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS")
+    if got != expected:
+        raise ModuleLoadError(
+            f"kernel {kernel.name} was compiled to {got} registers a thread, not the "
+            f"{expected} that its {block_threads} threads' setmaxnreg assumes (it would "
+            "hang): the PTX assembler did not give it the whole register file")
 
 
 def resolve_stream(stream: Any) -> int:

@@ -40,6 +40,7 @@ class Builder:
         self.grid: tuple[Expr, ...] = (as_expr(1),)
         self.constants: tuple[tuple[str, str], ...] = ()
         self.producer_warps = 0
+        self.producer_registers = 0
         self.loc: SourceLoc | None = None
         # The frontend sets this to the Python variable being assigned, so the tensors of
         # `acc = tv.dot(a, b, acc)` print as %acc, %acc.1 rather than generic names.
@@ -127,7 +128,8 @@ class Builder:
         if len(self._blocks) != 1:
             raise RuntimeError("build() inside an open block")
         return Program(self.name, tuple(self.params), self.grid, self.num_warps,
-                       Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps)
+                       Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps,
+                       producer_registers=self.producer_registers)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],

@@ -675,7 +675,8 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
     m = re.match(r"^kernel\s+([^\s(]+)\s*", text)
     if not m:
         raise _Error("expected the program header: kernel NAME(PARAMS) grid(...) warps(N) {")
-    header: dict[str, Any] = {"name": m.group(1), "constants": (), "producer_warps": 0}
+    header: dict[str, Any] = {"name": m.group(1), "constants": (), "producer_warps": 0,
+                              "producer_registers": 0}
     pos = m.end()
     inside, pos = _group(text, pos)
     params: list[Pointer | Var] = []
@@ -702,10 +703,11 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
         pos = len(text) - len(rest)
         if rest == "{":
             break
-        km = re.match(r"^(grid|warps|constants|producer_warps)\s*", rest)
+        km = re.match(r"^(grid|warps|constants|producer_warps|producer_registers)\s*",
+                      rest)
         if not km:
             raise _Error(f"unexpected {rest!r} in the header (expected grid(...), warps(N), "
-                         "constants(...), producer_warps(N) or '{')")
+                         "constants(...), producer_warps(N), producer_registers(N) or '{')")
         key = km.group(1)
         if key in seen:
             raise _Error(f"{key}(...) given twice")
@@ -717,8 +719,8 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
                 raise _Error("grid(...) takes 1 to 3 expressions")
         elif key == "warps":
             header["num_warps"] = _convert(inside, int, ctx)
-        elif key == "producer_warps":
-            header["producer_warps"] = _convert(inside, int, ctx)
+        elif key in ("producer_warps", "producer_registers"):
+            header[key] = _convert(inside, int, ctx)
         else:
             consts = []
             for item in _split_top(inside):
@@ -776,7 +778,8 @@ def _program(header: dict[str, Any], body: list[Stmt], producer: list[Stmt] | No
              ) -> Program:
     return Program(header["name"], header["params"], header["grid"], header["num_warps"],
                    Seq(body=tuple(body)), header["constants"], header["producer_warps"],
-                   None if producer is None else Seq(body=tuple(producer)))
+                   None if producer is None else Seq(body=tuple(producer)),
+                   header["producer_registers"])
 
 
 def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,

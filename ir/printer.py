@@ -159,6 +159,8 @@ def format_program(program: Program) -> str:
         header += " constants(" + ", ".join(f"{k}={v!r}" for k, v in program.constants) + ")"
     if program.producer_warps:
         header += f" producer_warps({program.producer_warps})"
+    if program.producer_registers:
+        header += f" producer_registers({program.producer_registers})"
     lines = [header + " {"]
     _format_seq(program.body, 1, lines)
     if program.producer is not None:

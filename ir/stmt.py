@@ -15,6 +15,9 @@ from tilevm.ir.expr import Expr, Var
 from tilevm.ir.instructions import Instruction
 from tilevm.ir.types import Pointer
 
+REGISTER_FILE = 65536  # 32-bit registers of an SM (sm_70 to sm_90), all one block's at most
+WARPGROUP_WARPS = 4  # the warps of a warpgroup (Hopper's wgmma and setmaxnreg act on one)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Seq:
@@ -64,6 +67,16 @@ class AssignVar:
 Stmt = Instruction | Seq | For | If | Let | AssignVar
 
 
+def entry_registers(block_threads: int) -> int:
+    """The registers a thread has when a block of `block_threads` starts, with a
+    producer that gives some up (`Program.producer_registers`): the most that lets the
+    whole block fit the SM's register file, in the units of 8 they are allocated in, at
+    most 255. ptxas compiles a kernel with `setmaxnreg` to that count (from `.maxntid`);
+    the runtime checks it at load (a `setmaxnreg.inc` asking for more than the pool holds
+    would wait forever)."""
+    return min(255, REGISTER_FILE // block_threads) // 8 * 8
+
+
 @dataclass(frozen=True)
 class Program:
     """A kernel: a program for one thread block, run over `grid` blocks.
@@ -72,12 +85,14 @@ class Program:
     scalar expressions over the scalar parameters; `constants` records the compile-time
     values the program was specialized with (for display and caching only).
 
-    `producer_warps` (0 or 1, `tv.producer_warp()`): the block gets that many warps more,
-    which issue the program's TMA copies; the body still describes what every one of the
-    `num_warps` warps does, and the program means what it means without them (the
+    `producer_warps` (0, 1, or 4: `tv.producer_warp()`): the block gets that many warps
+    more, which issue the program's TMA copies; the body still describes what every one
+    of the `num_warps` warps does, and the program means what it means without them (the
     interpreter ignores the field). `producer` is the producer warp's own body, which
     the pass `split_producer_warp` derives from `body` (None before it, or without a
-    producer warp).
+    producer warp). `producer_registers` (0, or with a producer warpgroup of 4 warps,
+    `tv.producer_warp(registers=R)`): each producer thread keeps R registers and gives
+    the rest of its share to the body's warps (`setmaxnreg`; `body_registers`).
     """
 
     name: str
@@ -88,6 +103,7 @@ class Program:
     constants: tuple[tuple[str, str], ...] = field(default=())
     producer_warps: int = 0
     producer: Seq | None = None
+    producer_registers: int = 0
 
     @property
     def num_threads(self) -> int:
@@ -98,3 +114,20 @@ class Program:
     def block_threads(self) -> int:
         """The threads a launch starts: `num_threads` and the producer warps'."""
         return 32 * (self.num_warps + self.producer_warps)
+
+    @property
+    def entry_registers(self) -> int:
+        """`entry_registers(block_threads)`."""
+        return entry_registers(self.block_threads)
+
+    @property
+    def body_registers(self) -> int:
+        """The registers a thread of `body` has after the producer has given up its
+        share (`producer_registers`): the pool of the block's entry registers less the
+        producer's, split among the body's threads (units of 8, at most 256). Equal to
+        `entry_registers` without `producer_registers`."""
+        if not self.producer_registers:
+            return self.entry_registers
+        pool = self.entry_registers * self.block_threads \
+            - self.producer_registers * 32 * self.producer_warps
+        return min(256, pool // self.num_threads // 8 * 8)

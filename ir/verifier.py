@@ -12,8 +12,10 @@ Each instruction is checked by the module-level function `check_<opname>(ctx, in
 Program
   - `name` is a string; `params` are `Pointer`s and scalar `Var`s with distinct names;
   - `num_warps` is an int in 1..32 (so a block has 32..1024 threads); `producer_warps`
-    is 0 or 1 (the block's warps together at most 32), and `producer` is None (the
-    compiler derives it);
+    is 0, 1 or 4 (the block's warps together at most 32), and `producer` is None (the
+    compiler derives it); `producer_registers` is 0, or a multiple of 8 in 24..256 with
+    4 producer warps, `num_warps` a multiple of 4, and fewer registers than the block's
+    threads start with (`Program.entry_registers`);
   - `grid` has 1 to 3 integer expressions over the scalar parameters and constants only
     (no `block_idx`, no loop or `let` variables); a constant extent is >= 1.
 
@@ -121,7 +123,7 @@ from tilevm.ir.expr import (
     Var,
     promote,
 )
-from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.stmt import WARPGROUP_WARPS, AssignVar, For, If, Let, Program, Seq
 from tilevm.ir.types import (
     MemorySpace,
     Pointer,
@@ -1140,9 +1142,22 @@ def _check_header(program: Any) -> Context:
     if not _is_int(nw) or not 1 <= nw <= MAX_WARPS:
         _fail(f"num_warps must be an int in 1..{MAX_WARPS}, got {_short(nw)}")
     pw = program.producer_warps
-    if not _is_int(pw) or pw not in (0, 1) or nw + pw > MAX_WARPS:
-        _fail(f"producer_warps must be 0 or 1 (and the block at most {MAX_WARPS} warps), "
-              f"got {_short(pw)}")
+    if not _is_int(pw) or pw not in (0, 1, WARPGROUP_WARPS) or nw + pw > MAX_WARPS:
+        _fail(f"producer_warps must be 0, 1 or {WARPGROUP_WARPS} (and the block at most "
+              f"{MAX_WARPS} warps), got {_short(pw)}")
+    pr = program.producer_registers
+    if not _is_int(pr) or pr and (pr % 8 or not 24 <= pr <= 256):
+        _fail(f"producer_registers must be 0 or a multiple of 8 in 24..256 (setmaxnreg), "
+              f"got {_short(pr)}")
+    if (pw == WARPGROUP_WARPS) != bool(pr) or pr and nw % WARPGROUP_WARPS:
+        _fail(f"a producer warpgroup ({WARPGROUP_WARPS} producer_warps) comes with "
+              f"producer_registers, and num_warps a multiple of {WARPGROUP_WARPS} "
+              f"(setmaxnreg acts on whole warpgroups), got producer_warps={pw}, "
+              f"producer_registers={pr}, num_warps={nw}")
+    if pr and not pr < program.entry_registers < program.body_registers:
+        _fail(f"producer_registers={pr}: a block of {program.block_threads} threads starts "
+              f"with {program.entry_registers} registers a thread, so the producer would "
+              "give none to the other warps")
     if program.producer is not None:
         _fail("the program already has a producer body (the pass split_producer_warp "
               "derives it; verify the program before that pass)")

@@ -4,6 +4,7 @@ splits, which syncs it keeps, what it refuses, and the PTX's barrier protocol.""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,11 +22,13 @@ from tilevm.vm import lang as tv
 
 @tv.kernel(num_warps=4)
 def row_sums(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f32), M: tv.int32, *,
-             producer: bool = True, gated: bool = False, free_early: bool = False):
+             producer: bool = True, gated: bool = False, free_early: bool = False,
+             registers: int | None = None):
     """Sums of 64-row blocks of x [M, 256], read 64 columns at a time through two
-    buffers (copies through TMA on sm_90a); `gated` copies inside an `if`."""
+    buffers (copies through TMA on sm_90a); `gated` copies inside an `if`; `registers`:
+    a producer warpgroup that keeps that many registers."""
     if producer:
-        tv.producer_warp()
+        tv.producer_warp(registers)
     tv.grid(tv.cdiv(M, 64))
     gx = tv.global_view(x, [M, 256])
     row = tv.block_idx(0) * 64
@@ -79,6 +82,62 @@ def test_the_producer_body_has_the_copies_and_the_body_keeps_only_needed_syncs()
     assert re.search(r"\.maxntid 160\b", ptx)
     assert ptx.count("mbarrier.init") == pipeline.shared_plan(lowered).barriers
     assert "bar.sync 1, 128;" in ptx and "bar.warp.sync" in ptx
+
+
+def test_a_producer_warpgroup_gives_its_registers_to_the_other_warps():
+    compiled = _lowered(row_sums.specialize(registers=40))
+    lowered, ptx = compiled.lowered, compiled.ptx
+    assert compiled.num_threads == 256 and lowered.num_threads == 128
+    assert (lowered.producer_warps, lowered.producer_registers) == (4, 40)
+    # 256 threads start with 248 registers (65536 / 256, at most 255, in 8s): the 128
+    # producer threads give 208 each back, and the 128 others may take up to 256
+    assert (lowered.entry_registers, lowered.body_registers) == (248, 256)
+    assert re.search(r"\.maxntid 256\b", ptx) and re.search(r"\.maxnreg 248\b", ptx)
+    dec = ptx.index("setmaxnreg.dec.sync.aligned.u32 40;")
+    inc = ptx.index("setmaxnreg.inc.sync.aligned.u32 256;")
+    # the producer gives up its registers before its first thread's copies, and the
+    # others take theirs once it has: the decrement sits in the producer's branch
+    assert dec < ptx.index("cp.async.bulk.tensor") and dec < inc
+    assert "bar.sync 1, 128;" in ptx
+    # 8 warps and a producer warpgroup: 168 at entry (65536 / 384), 232 for the 8 warps
+    # (168 * 384 - 40 * 128 = 232 * 256), the split of cuBLAS's Hopper kernels
+    wide = _lowered(wt_matmul_kernel("f16").specialize(producer=True, lead=3))
+    program = replace(wide.lowered, producer_warps=4, producer_registers=40)
+    assert (program.entry_registers, program.body_registers) == (168, 232)
+    text = format_program(_lowered(row_sums.specialize(registers=40)).lowered)
+    assert "producer_warps(4) producer_registers(40)" in text
+    assert format_program(parse_program(text)) == text
+
+
+@pytest.mark.parametrize("num_warps, registers, message", [
+    (4, 20, "multiple of 8 in 24..256"),
+    (4, 44, "multiple of 8 in 24..256"),
+    (4, 248, "starts with 248 registers"),
+    (6, 40, "num_warps a multiple of 4"),
+    (32, 40, "the most a block may have is 32"),
+])
+def test_producer_registers_are_checked_at_the_call(num_warps, registers, message):
+    @tv.kernel(num_warps=num_warps)
+    def bad(y: tv.ptr(tv.f32)):
+        tv.producer_warp(registers=registers)
+
+    with pytest.raises(VMError, match=message):
+        bad.specialize()
+
+
+def test_the_verifier_checks_producer_registers():
+    from tilevm.ir.verifier import verify
+
+    program = run_until_split(row_sums.specialize(registers=40))
+    program = replace(program, producer=None)
+    verify(program)
+    for fields_, message in (
+            (dict(producer_registers=0), "comes with producer_registers"),
+            (dict(producer_warps=1), "comes with producer_registers"),
+            (dict(producer_registers=36), "multiple of 8 in 24..256"),
+            (dict(producer_registers=248), "would give none")):
+        with pytest.raises(VMError, match=message):
+            verify(replace(program, **fields_))
 
 
 def run_until_split(program):
@@ -201,9 +260,10 @@ def test_gpu_producer_warp_matches_the_interpreter_and_float64():
     x = rng.standard_normal((200, 256)).astype(np.float16)
     want = np.full((200, 1), np.nan, np.float32)
     row_sums.interpret(x, want, 200)
-    got = np.full((200, 1), np.nan, np.float32)
-    launch_program(row_sums.specialize(), [x, got, 200])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    for registers in (None, 40):  # a producer warp, a producer warpgroup (setmaxnreg)
+        got = np.full((200, 1), np.nan, np.float32)
+        launch_program(row_sums.specialize(registers=registers), [x, got, 200])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     # the matmul with 3 of 4 stages ahead, ragged M and N, K past whole loop iterations
     k = wt_matmul_kernel("f16")
     for M, N, K, lead in ((300, 200, 1088, 3), (257, 136, 4096, 2)):

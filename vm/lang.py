@@ -31,6 +31,7 @@ from tilevm.dtypes import DataType
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import BOOL, BlockIndex, Expr, Select, free_vars
 from tilevm.ir.instructions import Assume
+from tilevm.ir.stmt import WARPGROUP_WARPS, entry_registers
 from tilevm.ir.types import MemorySpace, Pointer
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout
 from tilevm.vm import frontend_values as fv
@@ -166,7 +167,7 @@ def grid(*dims: Any) -> None:
     ctx.builder.set_grid(*exprs)
 
 
-def producer_warp() -> None:
+def producer_warp(registers: int | None = None) -> None:
     """Give the block one more warp, which issues the program's TMA copies (sm_90a): the
     other warps then wait only for the copies they read, never for each other's
     progress, and a copy into a buffer starts as soon as every warp has released it
@@ -174,7 +175,13 @@ def producer_warp() -> None:
     buffer retired). The program means what it means without this call (the
     interpreter ignores it); the compiler refuses a program it cannot split this way
     (`split_producer_warp`: every copy through TMA, a copy in every group, no shared
-    tensor in a copied buffer's bytes, copies addressed by scalars only)."""
+    tensor in a copied buffer's bytes, copies addressed by scalars only).
+
+    With `registers` (a multiple of 8 in 24..256) the producer is a whole warpgroup (4
+    warps; one thread issues) that keeps `registers` registers a thread and gives the
+    rest of its share to the other warps (`setmaxnreg`): a block of 8 warps and the
+    producer starts with 168 registers a thread, and with `registers=40` the 8 warps
+    then have 232 (`Program.body_registers`). `num_warps` must be a multiple of 4."""
     ctx = fv.current("tv.producer_warp")
     if ctx.builder.producer_warps:
         first = f" (first at line {ctx.producer_loc.line})" if ctx.producer_loc else ""
@@ -182,11 +189,29 @@ def producer_warp() -> None:
     where = ctx.runtime_construct()
     if where:
         raise VMError(f"tv.producer_warp cannot be called inside a {where}")
-    if ctx.builder.num_warps + 1 > 32:
+    warps = 1
+    if registers is not None:
+        if not isinstance(registers, numbers.Integral) or isinstance(registers, bool) \
+                or registers % 8 or not 24 <= registers <= 256:
+            raise VMError(f"tv.producer_warp(registers=...) must be a multiple of 8 in "
+                          f"24..256 (setmaxnreg), got {fv.describe(registers)}")
+        if ctx.builder.num_warps % WARPGROUP_WARPS:
+            raise VMError(f"tv.producer_warp(registers=...) needs num_warps a multiple of "
+                          f"{WARPGROUP_WARPS} (the producer and the other warps are whole "
+                          f"warpgroups), the kernel has {ctx.builder.num_warps}")
+        warps = WARPGROUP_WARPS
+    if ctx.builder.num_warps + warps > 32:
         raise VMError(f"tv.producer_warp: the block already has {ctx.builder.num_warps} "
-                      "warps, the most a block may have is 32")
+                      f"warps, the most a block may have is 32 ({warps} more asked for)")
     ctx.producer_loc = ctx.builder.loc
-    ctx.builder.producer_warps = 1
+    ctx.builder.producer_warps = warps
+    if registers is not None:
+        ctx.builder.producer_registers = int(registers)
+        threads = 32 * (ctx.builder.num_warps + warps)
+        if not registers < entry_registers(threads):
+            raise VMError(f"tv.producer_warp(registers={registers}): a block of {threads} "
+                          f"threads starts with {entry_registers(threads)} registers a "
+                          "thread, so the producer would give none to the other warps")
 
 
 def _reads_block_idx(expr: Any) -> bool:
