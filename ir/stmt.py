@@ -71,10 +71,37 @@ def entry_registers(block_threads: int) -> int:
     """The registers a thread has when a block of `block_threads` starts, with a
     producer that gives some up (`Program.producer_registers`): the most that lets the
     whole block fit the SM's register file, in the units of 8 they are allocated in, at
-    most 255. ptxas compiles a kernel with `setmaxnreg` to that count (from `.maxntid`);
-    the runtime checks it at load (a `setmaxnreg.inc` asking for more than the pool holds
+    most 255. Codegen makes ptxas compile such a kernel to that count (`.maxnreg`); the
+    runtime checks it at load (a `setmaxnreg.inc` asking for more than the pool holds
     would wait forever)."""
     return min(255, REGISTER_FILE // block_threads) // 8 * 8
+
+
+def body_registers(num_warps: int, producer_warps: int, producer_registers: int) -> int:
+    """The registers a thread of the `num_warps` warps has once the producer's threads
+    keep `producer_registers` each (0: the entry count): the block's pool at entry less
+    the producer's, split among the other threads, in 8s, at most 256."""
+    block = 32 * (num_warps + producer_warps)
+    if not producer_registers:
+        return entry_registers(block)
+    pool = entry_registers(block) * block - producer_registers * 32 * producer_warps
+    return min(256, pool // (32 * num_warps) // 8 * 8)
+
+
+def producer_registers_problem(num_warps: int, registers: int) -> str | None:
+    """What is wrong with a producer warpgroup that keeps `registers` registers a thread
+    beside `num_warps` warps (`tv.producer_warp(registers=...)`), or None."""
+    if registers % 8 or not 24 <= registers <= 256:
+        return f"registers={registers} must be a multiple of 8 in 24..256 (setmaxnreg)"
+    if num_warps % WARPGROUP_WARPS:
+        return (f"registers={registers} needs num_warps a multiple of {WARPGROUP_WARPS} "
+                f"(setmaxnreg acts on whole warpgroups), the kernel has {num_warps}")
+    entry = entry_registers(32 * (num_warps + WARPGROUP_WARPS))
+    if body_registers(num_warps, WARPGROUP_WARPS, registers) <= entry:
+        return (f"registers={registers}: a block of {num_warps} warps and the producer "
+                f"warpgroup starts with {entry} registers a thread, so the producer would "
+                "give the other warps none")
+    return None
 
 
 @dataclass(frozen=True)
@@ -122,12 +149,6 @@ class Program:
 
     @property
     def body_registers(self) -> int:
-        """The registers a thread of `body` has after the producer has given up its
-        share (`producer_registers`): the pool of the block's entry registers less the
-        producer's, split among the body's threads (units of 8, at most 256). Equal to
-        `entry_registers` without `producer_registers`."""
-        if not self.producer_registers:
-            return self.entry_registers
-        pool = self.entry_registers * self.block_threads \
-            - self.producer_registers * 32 * self.producer_warps
-        return min(256, pool // self.num_threads // 8 * 8)
+        """`body_registers(num_warps, producer_warps, producer_registers)`: what a thread
+        of `body` has after the producer has given up its share."""
+        return body_registers(self.num_warps, self.producer_warps, self.producer_registers)

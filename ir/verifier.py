@@ -123,7 +123,16 @@ from tilevm.ir.expr import (
     Var,
     promote,
 )
-from tilevm.ir.stmt import WARPGROUP_WARPS, AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.stmt import (
+    WARPGROUP_WARPS,
+    AssignVar,
+    For,
+    If,
+    Let,
+    Program,
+    Seq,
+    producer_registers_problem,
+)
 from tilevm.ir.types import (
     MemorySpace,
     Pointer,
@@ -1146,18 +1155,13 @@ def _check_header(program: Any) -> Context:
         _fail(f"producer_warps must be 0, 1 or {WARPGROUP_WARPS} (and the block at most "
               f"{MAX_WARPS} warps), got {_short(pw)}")
     pr = program.producer_registers
-    if not _is_int(pr) or pr and (pr % 8 or not 24 <= pr <= 256):
-        _fail(f"producer_registers must be 0 or a multiple of 8 in 24..256 (setmaxnreg), "
-              f"got {_short(pr)}")
-    if (pw == WARPGROUP_WARPS) != bool(pr) or pr and nw % WARPGROUP_WARPS:
+    if not _is_int(pr) or (pw == WARPGROUP_WARPS) != bool(pr):
         _fail(f"a producer warpgroup ({WARPGROUP_WARPS} producer_warps) comes with "
-              f"producer_registers, and num_warps a multiple of {WARPGROUP_WARPS} "
-              f"(setmaxnreg acts on whole warpgroups), got producer_warps={pw}, "
-              f"producer_registers={pr}, num_warps={nw}")
-    if pr and not pr < program.entry_registers < program.body_registers:
-        _fail(f"producer_registers={pr}: a block of {program.block_threads} threads starts "
-              f"with {program.entry_registers} registers a thread, so the producer would "
-              "give none to the other warps")
+              f"producer_registers and only with it, got producer_warps={pw}, "
+              f"producer_registers={_short(pr)}")
+    problem = pr and producer_registers_problem(nw, pr)
+    if problem:
+        _fail(f"producer_registers: {problem}")
     if program.producer is not None:
         _fail("the program already has a producer body (the pass split_producer_warp "
               "derives it; verify the program before that pass)")

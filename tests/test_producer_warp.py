@@ -113,6 +113,7 @@ def test_a_producer_warpgroup_gives_its_registers_to_the_other_warps():
     (4, 20, "multiple of 8 in 24..256"),
     (4, 44, "multiple of 8 in 24..256"),
     (4, 248, "starts with 248 registers"),
+    (8, 160, "give the other warps none"),
     (6, 40, "num_warps a multiple of 4"),
     (32, 40, "the most a block may have is 32"),
 ])
@@ -135,7 +136,7 @@ def test_the_verifier_checks_producer_registers():
             (dict(producer_registers=0), "comes with producer_registers"),
             (dict(producer_warps=1), "comes with producer_registers"),
             (dict(producer_registers=36), "multiple of 8 in 24..256"),
-            (dict(producer_registers=248), "would give none")):
+            (dict(producer_registers=248), "give the other warps none")):
         with pytest.raises(VMError, match=message):
             verify(replace(program, **fields_))
 

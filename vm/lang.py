@@ -31,7 +31,7 @@ from tilevm.dtypes import DataType
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import BOOL, BlockIndex, Expr, Select, free_vars
 from tilevm.ir.instructions import Assume
-from tilevm.ir.stmt import WARPGROUP_WARPS, entry_registers
+from tilevm.ir.stmt import WARPGROUP_WARPS, producer_registers_problem
 from tilevm.ir.types import MemorySpace, Pointer
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout
 from tilevm.vm import frontend_values as fv
@@ -189,29 +189,22 @@ def producer_warp(registers: int | None = None) -> None:
     where = ctx.runtime_construct()
     if where:
         raise VMError(f"tv.producer_warp cannot be called inside a {where}")
-    warps = 1
-    if registers is not None:
-        if not isinstance(registers, numbers.Integral) or isinstance(registers, bool) \
-                or registers % 8 or not 24 <= registers <= 256:
-            raise VMError(f"tv.producer_warp(registers=...) must be a multiple of 8 in "
-                          f"24..256 (setmaxnreg), got {fv.describe(registers)}")
-        if ctx.builder.num_warps % WARPGROUP_WARPS:
-            raise VMError(f"tv.producer_warp(registers=...) needs num_warps a multiple of "
-                          f"{WARPGROUP_WARPS} (the producer and the other warps are whole "
-                          f"warpgroups), the kernel has {ctx.builder.num_warps}")
-        warps = WARPGROUP_WARPS
+    if registers is not None and (not isinstance(registers, numbers.Integral)
+                                  or isinstance(registers, bool)):
+        raise VMError(f"tv.producer_warp(registers=...) takes an int, got "
+                      f"{fv.describe(registers)}")
+    warps = 1 if registers is None else WARPGROUP_WARPS
     if ctx.builder.num_warps + warps > 32:
         raise VMError(f"tv.producer_warp: the block already has {ctx.builder.num_warps} "
                       f"warps, the most a block may have is 32 ({warps} more asked for)")
+    problem = registers is not None and producer_registers_problem(ctx.builder.num_warps,
+                                                                   int(registers))
+    if problem:
+        raise VMError(f"tv.producer_warp: {problem}")
     ctx.producer_loc = ctx.builder.loc
     ctx.builder.producer_warps = warps
     if registers is not None:
         ctx.builder.producer_registers = int(registers)
-        threads = 32 * (ctx.builder.num_warps + warps)
-        if not registers < entry_registers(threads):
-            raise VMError(f"tv.producer_warp(registers={registers}): a block of {threads} "
-                          f"threads starts with {entry_registers(threads)} registers a "
-                          "thread, so the producer would give none to the other warps")
 
 
 def _reads_block_idx(expr: Any) -> bool:
