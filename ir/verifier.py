@@ -13,9 +13,9 @@ Program
   - `name` is a string; `params` are `Pointer`s and scalar `Var`s with distinct names;
   - `num_warps` is an int in 1..32 (so a block has 32..1024 threads); `producer_warps`
     is 0, 1 or 4 (the block's warps together at most 32), and `producer` is None (the
-    compiler derives it); `producer_registers` is 0, or a multiple of 8 in 24..256 with
-    4 producer warps, `num_warps` a multiple of 4, and fewer registers than the block's
-    threads start with (`Program.entry_registers`);
+    compiler derives it); `producer_registers` is nonzero exactly with 4 producer warps,
+    and then passes `ir.stmt.producer_registers_problem` (a multiple of 8 in 24..256,
+    `num_warps` a multiple of 4, the other warps left with more than they start with);
   - `grid` has 1 to 3 integer expressions over the scalar parameters and constants only
     (no `block_idx`, no loop or `let` variables); a constant extent is >= 1.
 
