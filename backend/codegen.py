@@ -88,6 +88,11 @@ class KernelCodegen:
             annotations.add(self.module.add_metadata([
                 self.function, ir.MetaDataString(self.module, "maxnreg"),
                 ir.Constant(I32, program.entry_registers)]))
+        if program.cluster > 1:  # PTX .reqnctapercluster: launched in clusters as is
+            for axis, blocks in zip("xyz", (program.cluster, 1, 1)):
+                annotations.add(self.module.add_metadata([
+                    self.function, ir.MetaDataString(self.module, f"cluster_dim_{axis}"),
+                    ir.Constant(I32, blocks)]))
         if self.tensor_maps:
             tma.add_map_params(self.function, self.module, len(program.params),
                                len(self.tensor_maps), annotations)
@@ -123,6 +128,8 @@ class KernelCodegen:
         self.lower_seq(self.program.body)
         if self.wgmma is not None:
             self.wgmma.before(self, None)
+        if self.program.cluster > 1:  # no block leaves while a peer may still reach it
+            tma.cluster_barrier(self)
         self.b.ret_void()
         return self.module
 
@@ -142,6 +149,10 @@ class KernelCodegen:
                 wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
                 self.lower_seq(producer)
                 self.wgmma, self.in_producer = wgmma, False
+            if self.program.cluster > 1:  # the kernel's last cluster barrier (`generate`):
+                # these threads only arrive (the body's warps keep the block resident);
+                # waiting there, the warp's other lanes slowed the issuing one 2.5x
+                tma.cluster_barrier(self, wait=False)
             b.ret_void()
         if registers:
             self._setmaxnreg("inc", self.program.body_registers)

@@ -208,6 +208,7 @@ class Signature:
     num_threads: int = 0
     assumptions: tuple[AssumeSpec, ...] = ()
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    cluster: int = 1  # blocks per cluster along the grid's first dimension
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -239,6 +240,11 @@ class Signature:
                 raise ArgumentValueError(f"kernel {self.name}: grid dimension {axis} ({e}) "
                                          f"is {n} for these arguments")
             dims.append(n)
+        if dims[0] % self.cluster:
+            raise ArgumentValueError(
+                f"kernel {self.name} runs in clusters of {self.cluster} blocks along the "
+                f"grid's first dimension, but for these arguments that dimension "
+                f"({self.grid[0]}) is {dims[0]}, not a multiple of {self.cluster}")
         return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
     # JSON (for the on-disk cache): expressions travel as IR text.
@@ -255,7 +261,8 @@ class Signature:
                 "assumptions": [{"cond": format_expr(a.cond), "text": a.text,
                                  "where": a.where} for a in self.assumptions],
                 "tensor_maps": [{"view": m.view, "dims": list(m.dims), "box": list(m.box),
-                                 "swizzle": m.swizzle} for m in self.tensor_maps]}
+                                 "swizzle": m.swizzle} for m in self.tensor_maps],
+                "cluster": self.cluster}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
@@ -278,7 +285,7 @@ class Signature:
                      for m in d.get("tensor_maps", ()))
         return cls(str(d.get("name", "kernel")), params, views,
                    tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)),
-                   assumptions, maps)
+                   assumptions, maps, int(d.get("cluster", 1)))
 
 
 def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signature:
@@ -344,7 +351,7 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
                 assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
                                               str(stmt.loc) if stmt.loc else ""))
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
-                     program.block_threads, tuple(assumptions))
+                     program.block_threads, tuple(assumptions), cluster=program.cluster)
 
 
 def _strip_parens(text: str) -> str:

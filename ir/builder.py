@@ -41,6 +41,7 @@ class Builder:
         self.constants: tuple[tuple[str, str], ...] = ()
         self.producer_warps = 0
         self.producer_registers = 0
+        self.cluster = 1
         self.loc: SourceLoc | None = None
         # The frontend sets this to the Python variable being assigned, so the tensors of
         # `acc = tv.dot(a, b, acc)` print as %acc, %acc.1 rather than generic names.
@@ -129,7 +130,7 @@ class Builder:
             raise RuntimeError("build() inside an open block")
         return Program(self.name, tuple(self.params), self.grid, self.num_warps,
                        Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps,
-                       producer_registers=self.producer_registers)
+                       producer_registers=self.producer_registers, cluster=self.cluster)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],
@@ -189,8 +190,10 @@ class Builder:
     def store_shared(self, dst: Tensor, src: Tensor, offsets: Sequence[ExprLike]) -> None:
         self.emit(ins.StoreShared(dst=dst, src=src, offsets=_exprs(offsets), loc=self.loc))
 
-    def copy_async(self, dst: Tensor, src: Tensor, offsets: Sequence[ExprLike]) -> None:
-        self.emit(ins.CopyAsync(dst=dst, src=src, offsets=_exprs(offsets), loc=self.loc))
+    def copy_async(self, dst: Tensor, src: Tensor, offsets: Sequence[ExprLike],
+                   multicast: bool = False) -> None:
+        self.emit(ins.CopyAsync(dst=dst, src=src, offsets=_exprs(offsets),
+                                multicast=multicast, loc=self.loc))
 
     def copy_async_commit(self) -> None:
         self.emit(ins.CopyAsyncCommit(loc=self.loc))

@@ -188,12 +188,19 @@ class StoreShared(Instruction):
 class CopyAsync(Instruction):
     """Start copying the global tile `src[offsets + i]`, `i` over `dst`'s shape, into the
     shared tensor `dst`; elements outside `src`'s shape are filled with zero. The copy is
-    in flight until a `copy_async_wait` retires the group it was committed in."""
+    in flight until a `copy_async_wait` retires the group it was committed in.
+
+    `multicast` (a program with `cluster` > 1 and a producer warp): every block of the
+    cluster issues this copy with the same source and offsets, and the tile is read from
+    global memory once for all of them (each block fetches a slice and the tensor memory
+    accelerator writes it into every block's `dst`). What the copy means for one block
+    is unchanged."""
 
     opname: ClassVar[str] = "copy_async"
     dst: Tensor
     src: Tensor
     offsets: tuple[Expr, ...]
+    multicast: bool = field(default=False, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -676,7 +676,7 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
     if not m:
         raise _Error("expected the program header: kernel NAME(PARAMS) grid(...) warps(N) {")
     header: dict[str, Any] = {"name": m.group(1), "constants": (), "producer_warps": 0,
-                              "producer_registers": 0}
+                              "producer_registers": 0, "cluster": 1}
     pos = m.end()
     inside, pos = _group(text, pos)
     params: list[Pointer | Var] = []
@@ -703,11 +703,12 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
         pos = len(text) - len(rest)
         if rest == "{":
             break
-        km = re.match(r"^(grid|warps|constants|producer_warps|producer_registers)\s*",
-                      rest)
+        km = re.match(r"^(grid|warps|constants|producer_warps|producer_registers|cluster)"
+                      r"\s*", rest)
         if not km:
             raise _Error(f"unexpected {rest!r} in the header (expected grid(...), warps(N), "
-                         "constants(...), producer_warps(N), producer_registers(N) or '{')")
+                         "constants(...), producer_warps(N), producer_registers(N), "
+                         "cluster(N) or '{')")
         key = km.group(1)
         if key in seen:
             raise _Error(f"{key}(...) given twice")
@@ -719,7 +720,7 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
                 raise _Error("grid(...) takes 1 to 3 expressions")
         elif key == "warps":
             header["num_warps"] = _convert(inside, int, ctx)
-        elif key in ("producer_warps", "producer_registers"):
+        elif key in ("producer_warps", "producer_registers", "cluster"):
             header[key] = _convert(inside, int, ctx)
         else:
             consts = []
@@ -779,7 +780,7 @@ def _program(header: dict[str, Any], body: list[Stmt], producer: list[Stmt] | No
     return Program(header["name"], header["params"], header["grid"], header["num_warps"],
                    Seq(body=tuple(body)), header["constants"], header["producer_warps"],
                    None if producer is None else Seq(body=tuple(producer)),
-                   header["producer_registers"])
+                   header["producer_registers"], header["cluster"])
 
 
 def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,

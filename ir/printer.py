@@ -161,6 +161,8 @@ def format_program(program: Program) -> str:
         header += f" producer_warps({program.producer_warps})"
     if program.producer_registers:
         header += f" producer_registers({program.producer_registers})"
+    if program.cluster != 1:
+        header += f" cluster({program.cluster})"
     lines = [header + " {"]
     _format_seq(program.body, 1, lines)
     if program.producer is not None:

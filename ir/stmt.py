@@ -77,6 +77,9 @@ def entry_registers(block_threads: int) -> int:
     return min(255, REGISTER_FILE // block_threads) // 8 * 8
 
 
+CLUSTER_SIZES = (1, 2, 4, 8)  # blocks a cluster may have (8: the portable most on sm_90)
+
+
 def body_registers(num_warps: int, producer_warps: int, producer_registers: int) -> int:
     """The registers a thread of the `num_warps` warps has once the producer's threads
     keep `producer_registers` each (0: the entry count): the block's pool at entry less
@@ -120,6 +123,10 @@ class Program:
     producer warp). `producer_registers` (0, or with a producer warpgroup of 4 warps,
     `tv.producer_warp(registers=R)`): each producer thread keeps R registers and gives
     the rest of its share to the body's warps (`setmaxnreg`; `body_registers`).
+
+    `cluster` (1, 2, 4 or 8: `tv.cluster(n)`): the blocks run in clusters of that many
+    consecutive blocks along the grid's first dimension (sm_90), which `copy_async(...,
+    multicast=True)` copies share; blocks `n c .. n c + n - 1` form cluster `c`.
     """
 
     name: str
@@ -131,6 +138,7 @@ class Program:
     producer_warps: int = 0
     producer: Seq | None = None
     producer_registers: int = 0
+    cluster: int = 1
 
     @property
     def num_threads(self) -> int:

@@ -16,6 +16,8 @@ Program
     compiler derives it); `producer_registers` is nonzero exactly with 4 producer warps,
     and then passes `ir.stmt.producer_registers_problem` (a multiple of 8 in 24..256,
     `num_warps` a multiple of 4, the other warps left with more than they start with);
+  - `cluster` is 1, 2, 4 or 8 (`CLUSTER_SIZES`); a `copy_async` with `multicast` needs a
+    cluster of more than one block and a producer warp;
   - `grid` has 1 to 3 integer expressions over the scalar parameters and constants only
     (no `block_idx`, no loop or `let` variables); a constant extent is >= 1.
 
@@ -124,6 +126,7 @@ from tilevm.ir.expr import (
     promote,
 )
 from tilevm.ir.stmt import (
+    CLUSTER_SIZES,
     WARPGROUP_WARPS,
     AssignVar,
     For,
@@ -753,6 +756,12 @@ def check_copy_async(ctx: Context, inst: ins.CopyAsync) -> None:
     src = use(ctx, inst.src, "src", (G,))
     offsets = _check_offsets(ctx, inst.offsets, src)
     _check_tile(ctx, dst, src, offsets, False, "copy")
+    if not isinstance(inst.multicast, bool):
+        _fail(f"copy_async: multicast must be a bool, got {_short(inst.multicast)}")
+    if inst.multicast and (ctx.program.cluster == 1 or not ctx.program.producer_warps):
+        _fail("copy_async: a multicast copy needs the blocks in clusters (tv.cluster(n), "
+              "n > 1) and a producer warp (tv.producer_warp()) to issue it, got cluster="
+              f"{ctx.program.cluster}, producer_warps={ctx.program.producer_warps}")
 
 
 def check_copy_async_commit(ctx: Context, inst: ins.CopyAsyncCommit) -> None:
@@ -1162,6 +1171,9 @@ def _check_header(program: Any) -> Context:
     problem = pr and producer_registers_problem(nw, pr)
     if problem:
         _fail(f"producer_registers: {problem}")
+    if not _is_int(program.cluster) or program.cluster not in CLUSTER_SIZES:
+        _fail(f"cluster must be one of {', '.join(map(str, CLUSTER_SIZES))} (blocks per "
+              f"cluster), got {_short(program.cluster)}")
     if program.producer is not None:
         _fail("the program already has a producer body (the pass split_producer_warp "
               "derives it; verify the program before that pass)")

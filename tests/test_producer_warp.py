@@ -22,11 +22,13 @@ from tilevm.vm import lang as tv
 
 @tv.kernel(num_warps=4)
 def row_sums(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f32), M: tv.int32, *,
-             producer: bool = True, gated: bool = False, free_early: bool = False,
+             producer: bool = True, gated: bool = False, reuse: str = "",
              registers: int | None = None):
     """Sums of 64-row blocks of x [M, 256], read 64 columns at a time through two
     buffers (copies through TMA on sm_90a); `gated` copies inside an `if`; `registers`:
-    a producer warpgroup that keeps that many registers."""
+    a producer warpgroup that keeps that many registers; `reuse`: a tile in the bytes
+    of a buffer once the copies are over ("after_copies": y is read back from it), or
+    with a copy still to come ("then_copy")."""
     if producer:
         tv.producer_warp(registers)
     tv.grid(tv.cdiv(M, 64))
@@ -48,11 +50,17 @@ def row_sums(x: tv.ptr(tv.f16, const=True), y: tv.ptr(tv.f32), M: tv.int32, *,
                 tv.copy_async(bufs[1 - s], gx, [row, k0 + s * 64 + 64])
             tv.copy_async_commit()
     tv.copy_async_wait(0)
-    if free_early:
+    if reuse:
         tv.free_shared(bufs[0])
         tv.sync()
         tmp = tv.alloc_shared(tv.f16, [64, 64])  # in the bytes of bufs[0]
         tv.store_shared(tmp, tv.cast(acc, tv.f16))
+        tv.sync()
+        acc = tv.cast(tv.load_shared(tmp, [0, 0], [64, 64]), tv.f32)
+        if reuse == "then_copy":
+            tv.copy_async(bufs[1], gx, [row, 0])
+            tv.copy_async_commit()
+            tv.copy_async_wait(0)
     tv.store_global(tv.global_view(y, [M, 1]), tv.sum(acc, 1, keepdim=True), [row, 0])
 
 
@@ -186,10 +194,11 @@ def test_wt_matmul_with_a_producer_warp_needs_no_sync_and_allows_lead_stages_min
 @pytest.mark.parametrize("case, message, line", [
     ("sm_80", "does not go through TMA", "tv.copy_async(bufs[0], gx, [row, 0])"),
     ("gated", "group may have no copy", "tv.copy_async_commit()"),
-    ("free_early", "reuses bytes of %bufs", "tmp = tv.alloc_shared"),
+    ("then_copy", "reuses bytes of %bufs", "tmp = tv.alloc_shared"),
 ])
 def test_a_program_the_pass_cannot_split_is_refused_at_its_line(case, message, line):
-    program = row_sums.specialize(gated=case == "gated", free_early=case == "free_early")
+    program = row_sums.specialize(gated=case == "gated",
+                                  reuse="then_copy" if case == "then_copy" else "")
     with pytest.raises(VMError, match=message) as err:
         _lowered(program, "sm_80" if case == "sm_80" else "sm_90a")
     assert line in str(err.value)
@@ -238,7 +247,7 @@ def test_producer_warp_is_called_once_outside_runtime_control_flow():
 
 
 def test_what_a_sync_may_order():
-    program = run_until_split(row_sums.specialize(free_early=False))
+    program = run_until_split(row_sums.specialize())
     kinds = {i.opname: accesses(i) for i in instructions(program.body)}
     assert kinds["copy_async"] == frozenset()  # ordered by the barriers
     assert {k for _, k in kinds["store_global"]} == {"write"}
@@ -259,11 +268,13 @@ def test_gpu_producer_warp_matches_the_interpreter_and_float64():
     _on_hopper()
     rng = np.random.default_rng(2)
     x = rng.standard_normal((200, 256)).astype(np.float16)
-    want = np.full((200, 1), np.nan, np.float32)
-    row_sums.interpret(x, want, 200)
-    for registers in (None, 40):  # a producer warp, a producer warpgroup (setmaxnreg)
+    for registers, reuse in ((None, ""), (40, ""), (None, "after_copies")):
+        # a producer warp, a producer warpgroup (setmaxnreg), a tile in a buffer's bytes
+        program = row_sums.specialize(registers=registers, reuse=reuse)
+        want = np.full((200, 1), np.nan, np.float32)
+        row_sums.interpret(x, want, 200, reuse=reuse)
         got = np.full((200, 1), np.nan, np.float32)
-        launch_program(row_sums.specialize(registers=registers), [x, got, 200])
+        launch_program(program, [x, got, 200])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     # the matmul with 3 of 4 stages ahead, ragged M and N, K past whole loop iterations
     k = wt_matmul_kernel("f16")

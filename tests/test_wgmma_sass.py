@@ -76,7 +76,8 @@ KERNELS = [(f"{name} {wd} wide={wide}", factory, dict(wdtype=wd, wide_stores=wid
                                  ("shared-weights", qmm_wgmma_shared_kernel))
            for wd in ("int4", "int3", "int8", "f6e3m2") for wide in (False, True)]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
-            for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3})]
+            for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
+                       {"producer": True, "wide_stores": True, "cluster": 2})]
 
 
 @pytest.mark.parametrize("name, factory, kw", KERNELS, ids=[k[0] for k in KERNELS])

@@ -327,6 +327,11 @@ class Interpreter:
                 raise VMError(f"kernel {self.program.name}: grid dimension {axis} ({e}) is "
                               f"{n!r}, not a non-negative integer")
             dims.append(n)
+        cluster = self.program.cluster
+        if dims[0] % cluster:  # as the launch refuses it (runtime.Signature.grid_of)
+            raise VMError(f"kernel {self.program.name} runs in clusters of {cluster} blocks "
+                          f"along the grid's first dimension, but that dimension "
+                          f"({grid[0]}) is {dims[0]}, not a multiple of {cluster}")
         return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
     # ---- statements ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ from tilevm.dtypes import DataType
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import BOOL, BlockIndex, Expr, Select, free_vars
 from tilevm.ir.instructions import Assume
-from tilevm.ir.stmt import WARPGROUP_WARPS, producer_registers_problem
+from tilevm.ir.stmt import CLUSTER_SIZES, WARPGROUP_WARPS, producer_registers_problem
 from tilevm.ir.types import MemorySpace, Pointer
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout
 from tilevm.vm import frontend_values as fv
@@ -39,7 +39,7 @@ from tilevm.vm.frontend import Kernel, KernelSignature, RuntimeRange, kernel, ma
 from tilevm.vm.frontend_values import Scalar, Tile
 
 __all__ = [
-    "kernel", "ptr", "grid", "producer_warp", "range", "static_assert", "assume",
+    "kernel", "ptr", "grid", "producer_warp", "cluster", "range", "static_assert", "assume",
     "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
@@ -205,6 +205,25 @@ def producer_warp(registers: int | None = None) -> None:
     ctx.builder.producer_warps = warps
     if registers is not None:
         ctx.builder.producer_registers = int(registers)
+
+
+def cluster(blocks: int) -> None:
+    """Run the blocks in clusters of `blocks` (2, 4 or 8) consecutive blocks along the
+    grid's first dimension (sm_90): blocks `n c .. n c + n - 1` of that dimension form
+    cluster `c`, are resident at once, and may share tiles through
+    `tv.copy_async(..., multicast=True)`. The launch refuses a grid whose first extent
+    is not a multiple of `blocks`."""
+    ctx = fv.current("tv.cluster")
+    if ctx.builder.cluster != 1:
+        raise VMError(f"tv.cluster is called twice (clusters of {ctx.builder.cluster} "
+                      "already)")
+    where = ctx.runtime_construct()
+    if where:
+        raise VMError(f"tv.cluster cannot be called inside a {where}")
+    if not isinstance(blocks, numbers.Integral) or isinstance(blocks, bool) \
+            or blocks not in CLUSTER_SIZES[1:]:
+        raise VMError(f"tv.cluster takes 2, 4 or 8 blocks, got {fv.describe(blocks)}")
+    ctx.builder.cluster = int(blocks)
 
 
 def _reads_block_idx(expr: Any) -> bool:
@@ -487,14 +506,24 @@ def store_shared(dst: Any, value: Any, offsets: Any = None) -> None:
     b.store_shared(t.tensor, v.tensor, offs)
 
 
-def copy_async(dst: Any, src: Any, offsets: Any) -> None:
-    """Start copying the global tile `src[offsets + i]` (i over `dst`'s shape) into `dst`."""
+def copy_async(dst: Any, src: Any, offsets: Any, multicast: bool = False) -> None:
+    """Start copying the global tile `src[offsets + i]` (i over `dst`'s shape) into `dst`.
+
+    `multicast=True` (with `tv.cluster(n)` and `tv.producer_warp()`): the blocks of a
+    cluster all issue this copy with the same `src` and `offsets`, and the tile is read
+    once for all of them; a block's `dst` receives the whole tile, as without it."""
     b = _builder("tv.copy_async")
     d = _tile(dst, "tv.copy_async destination", MemorySpace.SHARED)
     s = _tile(src, "tv.copy_async source", MemorySpace.GLOBAL)
     if d.ndim != s.ndim:
         raise VMError(f"tv.copy_async: a {s.ndim}-d global tensor into a {d.ndim}-d tile")
-    b.copy_async(d.tensor, s.tensor, _offsets(offsets, s.ndim, "tv.copy_async"))
+    if not isinstance(multicast, bool):
+        raise VMError(f"tv.copy_async(multicast=...) takes a bool, got "
+                      f"{fv.describe(multicast)}")
+    if multicast and (b.cluster == 1 or not b.producer_warps):
+        raise VMError("tv.copy_async(multicast=True) needs tv.cluster(n) and "
+                      "tv.producer_warp() first (the cluster's producer warps issue it)")
+    b.copy_async(d.tensor, s.tensor, _offsets(offsets, s.ndim, "tv.copy_async"), multicast)
 
 
 def copy_async_commit() -> None:

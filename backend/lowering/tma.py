@@ -23,6 +23,18 @@ tile from a view fixed for the launch.
   phase by phase (a count per buffer); then posts and issues as above, and the commit
   arrives. In `body`, a copy is the buffer's release (each warp's lane 0 arrives, once
   the warp's lanes are all past it) and a commit only counts the group.
+- *Multicast* (`copy_async(..., multicast=True)`, a program with `cluster` n > 1): the
+  buffer's "empty" barrier counts the releases of every block of the cluster (n times
+  the warps; a warp arrives on each block's, through `mapa`), so a producer issues only
+  once the whole cluster is done with the buffer. Block r of the cluster then fetches
+  slice r of the box (its outermost dimension cut in n; its own tensor map, of the
+  slice's box) into every block's buffer at that slice's offset, completing on each
+  block's barrier of the group (`.multicast::cluster`); each block still posts the
+  whole box's bytes. The ring is long enough that a peer's slice never lands on a
+  barrier still counting an earlier group (`multicast_refill_bound`). The barriers'
+  initialization is published to the cluster (a cluster barrier after it), and every
+  thread of the cluster meets at a cluster barrier before it exits
+  (`cluster_barrier`), so that no peer's release or slice reaches a block that is gone.
 """
 
 from __future__ import annotations
@@ -51,15 +63,19 @@ def tensor_maps(program: Program) -> tuple[TensorMapSpec, ...]:
     found: dict[TensorMapSpec, None] = {}
     for inst in instructions(program.body):
         if is_tma(inst):
-            found.setdefault(_spec(inst), None)
+            found.setdefault(_spec(inst, program.cluster), None)
     return tuple(found)
 
 
-def _spec(inst: ins.CopyAsync) -> TensorMapSpec:
+def _spec(inst: ins.CopyAsync, cluster: int) -> TensorMapSpec:
+    """The tensor map of a copy: a multicast copy's box is one block's slice of it (the
+    outermost dimension, last, divided by the cluster's blocks)."""
     form = inst.lowering
+    box = tuple(int(d) for d in str(form["box"]).split(","))
+    if inst.multicast:
+        box = (*box[:-1], box[-1] // cluster)
     return TensorMapSpec(inst.src.name, tuple(int(d) for d in str(form["dims"]).split(",")),
-                         tuple(int(d) for d in str(form["box"]).split(",")),
-                         int(form["swizzle"]))
+                         box, int(form["swizzle"]))
 
 
 def uses_cp_async(program: Program) -> bool:
@@ -84,6 +100,9 @@ class TmaState:
         self.empty = {name: self.ring + i for i, name in enumerate(tma_destinations(
             cg.program))} if cg.program.producer_warps else {}
         self.issued = {name: cg.entry_alloca(I32, f"issued.{name}") for name in self.empty}
+        self.cluster = cg.program.cluster
+        self.multicast = {i.dst.name for i in instructions(cg.program.body)
+                          if is_tma(i) and i.multicast}
         for slot in self.issued.values():
             cg.b.store(ir.Constant(I32, 0), slot)
         self.cp_async = uses_cp_async(cg.program)
@@ -142,12 +161,30 @@ def init_barriers(cg: KernelCodegen, state: TmaState) -> None:
         for k in range(state.ring):
             _asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k))])
-        for k in state.empty.values():
+        for name, k in state.empty.items():
+            blocks = state.cluster if name in state.multicast else 1
             _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k)),
-                  ir.Constant(I32, cg.program.num_warps)])
+                  ir.Constant(I32, cg.program.num_warps * blocks)])
         _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
-    emit_barrier(cg, whole_block=True)
+    if cg.program.cluster > 1:  # a peer's first release or slice may come at once
+        cluster_barrier(cg)
+    else:
+        emit_barrier(cg, whole_block=True)
+
+
+def cluster_barrier(cg: KernelCodegen, wait: bool = True) -> None:
+    """Every thread of the cluster waits here for all the others (arrives only, without
+    `wait`, and then must exit); what each wrote before is visible to all after."""
+    text = "barrier.cluster.arrive.release;"
+    if wait:
+        text += "\n\tbarrier.cluster.wait.acquire;"
+    _asm(cg, text, "~{memory}", [])
+
+
+def _cluster_rank(cg: KernelCodegen) -> ir.Value:
+    fn_ty = ir.FunctionType(I32, [])
+    return cg.b.call(ir.InlineAsm(fn_ty, "mov.u32 $0, %cluster_ctarank;", "=r"), [])
 
 
 def _wait_parity(cg: KernelCodegen, bar: ir.Value, parity: ir.Value) -> None:
@@ -164,7 +201,17 @@ def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
     _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
     lane = cg.b.and_(cg.tid, ir.Constant(I32, 31))
     with cg.b.if_then(cg.b.icmp_unsigned("==", lane, ir.Constant(I32, 0))):
-        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+        if not inst.multicast:
+            _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+            return
+        for rank in range(state.cluster):  # this block's barrier and each peer's
+            # (release at the CTA's scope, the default: the buffer's reads are retired
+            # wgmmas, so there is nothing to fence; `.release.cluster` made every
+            # arrival a cluster-wide fence, 2.5x the time, bench/results/
+            # qmm_h100_prefill_cluster/)
+            text = ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
+                    "mbarrier.arrive.shared::cluster.b64 _, [remote]; }")
+            _asm(cg, text, "r,r,~{memory}", [bar, ir.Constant(I32, rank)])
 
 
 def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None:
@@ -175,7 +222,7 @@ def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None
     if state.empty and not cg.in_producer:
         emit_tma_release(cg, inst)
         return
-    spec = _spec(inst)
+    spec = _spec(inst, state.cluster)
     bar = state.barrier(cg, state.current_slot(cg))
     coords = [cg.b.trunc(cg.i64(inst.offsets[d]), I32) for d in spec.dims]
     rank = len(spec.dims)
@@ -189,10 +236,21 @@ def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None
     with _thread0(cg):
         _asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
              "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
+        address = cg.b.ptrtoint(dst, I32)
+        operands = [address, cg.b.ptrtoint(state.maps[spec], I64), bar, *coords]
+        constraints = ["r", "l", "r"] + ["r"] * rank
         text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
                 f".mbarrier::complete_tx::bytes [$0], [$1, {{{names}}}], [$2];")
-        _asm(cg, text, ",".join(["r", "l", "r"] + ["r"] * rank + ["~{memory}"]),
-             [cg.b.ptrtoint(dst, I32), cg.b.ptrtoint(state.maps[spec], I64), bar, *coords])
+        if inst.multicast:  # this block's slice, into every block of the cluster
+            me = _cluster_rank(cg)
+            slice_bytes = int(inst.lowering["bytes"]) // state.cluster
+            operands[0] = cg.b.add(address, cg.b.mul(me, ir.Constant(I32, slice_bytes)))
+            operands[-1] = cg.b.add(coords[-1], cg.b.mul(me, ir.Constant(I32, spec.box[-1])))
+            operands.append(ir.Constant(ir.IntType(16), (1 << state.cluster) - 1))
+            constraints.append("h")
+            text = text.replace("::bytes", "::bytes.multicast::cluster").replace(
+                "[$2];", f"[$2], ${len(operands) - 1};")
+        _asm(cg, text, ",".join(constraints + ["~{memory}"]), operands)
 
 
 def emit_tma_commit(cg: KernelCodegen) -> None:

@@ -220,7 +220,9 @@ def tma_ring(program: Program) -> int:
         return 0
     ring = tma_ring_bound(program, producer=bool(program.producer_warps))
     assert ring is not None, "TMA selected for a program whose groups cannot use a ring"
-    return ring
+    refill = multicast_refill_bound(program)
+    assert refill is not None, "multicast copies whose buffers a ring cannot serve"
+    return max(ring, refill)
 
 
 def tma_barriers(program: Program) -> int:
@@ -239,6 +241,41 @@ def tma_destinations(program: Program) -> tuple[str, ...]:
 
 
 _MAX_RING = 8  # more groups pending than this: the copies keep `cp.async`
+
+
+def multicast_refill_bound(program: Program) -> int | None:
+    """The most commit groups between two multicast copies into one buffer, on any
+    path (0 without multicast copies); None when more than the ring may have.
+
+    Why the ring must be at least that long: a block's group j barrier also counts the
+    bytes the other blocks of its cluster multicast into it, and a peer issues its
+    slice of group j as soon as every block has released the buffer's previous fill
+    (group j - d), not when this block is done with the groups in between. Had the ring
+    fewer than d barriers, group j's bytes could land on a barrier still counting an
+    earlier group's; with d or more, the barrier group j shares was group j - d's or
+    older, which this block waited for before it released the buffer."""
+    State = tuple[tuple[str, int], ...]  # buffer -> commits since its last multicast fill
+    bound = 0
+
+    def step(inst: ins.Instruction, state: State) -> State:
+        nonlocal bound
+        if isinstance(inst, ins.CopyAsyncCommit):
+            return tuple((name, min(n + 1, _MAX_RING + 1)) for name, n in state)
+        if isinstance(inst, ins.CopyAsync) and inst.multicast:
+            since = dict(state)
+            bound = max(bound, since.get(inst.dst.name, 0))
+            since[inst.dst.name] = 0
+            return tuple(sorted(since.items()))
+        return state
+
+    def join(a: State, b: State) -> State:
+        merged = dict(a)
+        for name, n in b:
+            merged[name] = max(n, merged.get(name, 0))
+        return tuple(sorted(merged.items()))
+
+    dataflow.walk(program.body, (), step, join)
+    return bound if bound <= _MAX_RING else None
 
 
 def tma_ring_bound(program: Program, producer: bool = False) -> int | None:

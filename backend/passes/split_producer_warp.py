@@ -8,7 +8,13 @@ program must be splittable, else a `VMError` names the instruction in the way:
   and there is at least one;
 - no other shared tensor shares a byte with a buffer the copies write
   (`shared_plan`), so that buffer's bytes are written only by its own copies and the
-  barriers below order every reuse;
+  barriers below order every reuse; except a tensor allocated where no copy can follow
+  and every group was waited for (`copy_async_wait(0)`: an epilogue's tile in the
+  stages' bytes), when the copies of this block and of its cluster are all done;
+- a multicast copy splits into one slice per block of the cluster along its box's
+  outermost dimension, each slice a whole number of the layout's swizzle periods (and
+  of 128 bytes), and two multicast fills of a buffer are at most a ring apart
+  (`multicast_refill_bound`);
 - the copies' offsets, the bounds of the loops and the conditions of the branches
   around them are computed from scalars alone (parameters, `block_idx`, loop
   variables, `let`s of those), not from an instruction's result (`atomic_add`);
@@ -44,6 +50,7 @@ from dataclasses import fields, replace
 
 from tilevm.backend.passes.plan_shared_memory import (
     is_tma,
+    multicast_refill_bound,
     shared_plan,
     tma_destinations,
     tma_ring_bound,
@@ -89,7 +96,13 @@ def _check_copies(program: Program) -> None:
             raise _fail("this copy_async does not go through TMA (the producer warp needs "
                         "--arch sm_90a and copies of whole tiles from views fixed for the "
                         "launch)", copy)
+        if copy.multicast:
+            _check_multicast_slices(copy, program.cluster)
+    if multicast_refill_bound(program) is None:
+        raise _fail("a buffer is filled by multicast copies more than 8 commit groups "
+                    "apart (the ring of barriers those copies complete on has at most 8)")
     plan = shared_plan(program)
+    after = _allocated_after_the_copies(program.body)
     for name in tma_destinations(program):
         mine = plan.allocations[name]
         for other in plan.allocations.values():
@@ -97,6 +110,8 @@ def _check_copies(program: Program) -> None:
                     and mine.offset < other.offset + other.size:
                 alloc = next(i for i in instructions(program.body)
                              if isinstance(i, ins.AllocShared) and i.out.name == other.name)
+                if id(alloc) in after:
+                    continue
                 raise _fail(f"%{other.name} reuses bytes of %{name}, which TMA copies "
                             "write: the producer warp's barriers order a buffer's own "
                             f"uses only (keep %{name} allocated for the whole kernel)",
@@ -117,6 +132,46 @@ def _check_copies(program: Program) -> None:
     if tma_ring_bound(program, producer=True) is None:
         raise _fail("the copy groups cannot share a ring of barriers (more than 8 in "
                     "flight, or copies still in flight when the kernel ends)")
+
+
+def _check_multicast_slices(copy: ins.CopyAsync, cluster: int) -> None:
+    """Each block of the cluster fetches one slice of the box, along its outermost
+    dimension (`lowering.tma`): the slices must be equal, whole rows, and start where
+    the layout's swizzle pattern does."""
+    box = [int(b) for b in str(copy.lowering["box"]).split(",")]
+    slice_bytes = int(copy.lowering["bytes"]) // cluster
+    swizzle = copy.dst.layout.swizzle
+    period = max(128, swizzle.period if swizzle is not None else 0)
+    if box[-1] % cluster or slice_bytes % period:
+        raise _fail(f"this multicast copy's box ({' x '.join(map(str, reversed(box)))}, "
+                    f"outermost first) does not split into {cluster} slices of its "
+                    f"outermost dimension, each a multiple of {period} bytes (one slice a "
+                    "block of the cluster)", copy)
+
+
+def _allocated_after_the_copies(body: Seq) -> set[int]:
+    """The `alloc_shared`s (by id) that no `copy_async` can follow, on any path, and
+    before which every copy group was waited for (a `copy_async_wait(0)` since the last
+    copy): their bytes may be the copies' buffers', whose writes are all over by then
+    (a multicast's too: this block's waits counted the whole cluster's bytes)."""
+    copy_ahead: dict[int, bool] = {}
+    in_flight: dict[int, bool] = {}
+
+    def backward(inst: ins.Instruction, ahead: bool) -> bool:
+        if isinstance(inst, ins.AllocShared):
+            copy_ahead[id(inst)] = ahead
+        return ahead or isinstance(inst, ins.CopyAsync)
+
+    def forward(inst: ins.Instruction, pending: bool) -> bool:
+        if isinstance(inst, ins.AllocShared):
+            in_flight[id(inst)] = pending
+        if isinstance(inst, ins.CopyAsyncWait) and inst.n == 0:
+            return False
+        return pending or isinstance(inst, ins.CopyAsync)
+
+    dataflow.walk(body, False, backward, bool.__or__, backward=True)
+    dataflow.walk(body, False, forward, bool.__or__)
+    return {key for key, ahead in copy_ahead.items() if not ahead and not in_flight[key]}
 
 
 def _bodies(stmt: Stmt) -> tuple[Seq, ...]:
