@@ -21,7 +21,12 @@ tuning candidate beside that kernel (`kernels.schedule.candidates`).
   `lead` k-tiles ahead, and multiplied by warpgroup MMA from shared memory, `m64n{bm}k16`
   (the shared-weights kernel's pipeline without the conversion: 16 * num_warps columns
   of W^T, `bm` rows of x, blocks in groups of `group_m` row tiles). Rows and columns
-  past M, N, K are zero-filled by the copies and never stored.
+  past M, N, K are zero-filled by the copies and never stored. With `producer` a
+  producer warp issues the copies; with `cluster` (2 or 4, and the producer) that many
+  adjacent column tiles of a row tile form a cluster that reads each k-tile of x once
+  (multicast). Measured on an H100 against the tuned form (no producer, lead 2): the
+  producer 0.97-1.07x the time, clusters of 2 0.97-1.04x, of 4 1.00-1.09x, so the tuner
+  keeps the plain form (bench/results/qmm_h100_prefill_cluster/).
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -30,7 +35,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
-from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed
+from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed, tile_of
 from tilevm.kernels.qmm_wgmma_shared import dequantized
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
@@ -104,7 +109,7 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
                   M: tv.int32, N: tv.int32, K: tv.int32,
                   *, bm: int = 256, bk: int = 64, num_warps: int = 8, stages: int = 4,
                   lead: int = 2, group_m: int = 8, producer: bool = False,
-                  wide_stores: bool = False):
+                  wide_stores: bool = False, cluster: int = 1):
         tv.static_assert(bk in (32, 64), f"bk={bk} must be 32 or 64 (64- or 128-byte rows)")
         tv.static_assert(num_warps % 4 == 0, f"num_warps={num_warps} must be whole "
                          "warpgroups")
@@ -113,14 +118,23 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
         most = stages - 1 if producer else stages - 2
         tv.static_assert(3 <= stages <= 6 and 1 <= lead <= most,
                          f"stages={stages} (3..6) and lead={lead} (1..{most})")
-        tv.static_assert(not (producer and wide_stores), "wide_stores reuses the copied "
-                         "buffers' bytes, which a producer warp does not allow")
+        tv.static_assert(cluster in (1, 2, 4) and (cluster == 1 or producer),
+                         f"cluster={cluster} must be 1, 2 or 4, and more than 1 only with "
+                         "the producer warp (which multicasts the x tiles)")
         if producer:
             tv.producer_warp()
         bn = 16 * num_warps
         tv.assume(K % ATOM == 0)
-        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
-        n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
+        if cluster == 1:
+            tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+            n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
+        else:  # a cluster: `cluster` adjacent column tiles of one row tile, sharing x's
+            tv.cluster(cluster)
+            groups_n = tv.cdiv(N, bn * cluster)  # (the last may reach past N: zeros)
+            tv.grid(groups_n * cluster, tv.cdiv(M, bm))
+            n_group, m_tile = tile_of(tv.block_idx(1) * groups_n + tv.block_idx(0) // cluster,
+                                      groups_n, tv.cdiv(M, bm), group_m)
+            n_tile = n_group * cluster + tv.block_idx(0) % cluster
         n0, m0 = n_tile * bn, m_tile * bm
         gxt = tv.global_view(x, [K, M], strides=[1, K])
         gwt = tv.global_view(wt, [N, K])
@@ -130,8 +144,9 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
               for _ in range(stages)]
         ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
               for _ in range(stages)]
+        shared_x = cluster > 1
         for first in range(lead):
-            tv.copy_async(xs[first], gxt, [first * bk, m0])
+            tv.copy_async(xs[first], gxt, [first * bk, m0], multicast=shared_x)
             tv.copy_async(ws[first], gwt, [n0, first * bk])
             tv.copy_async_commit()
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
@@ -143,7 +158,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.copy_async_wait(lead - 1)  # this thread's copies of k-tile t
                 tv.sync()  # everyone's
                 acc = tv.dot(ws[s], xs[s], acc)
-                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
+                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0],
+                              multicast=shared_x)
                 tv.copy_async(ws[(s + lead) % stages], gwt, [n0, k + lead * bk])
                 tv.copy_async_commit()
         tv.copy_async_wait(0)
