@@ -67,7 +67,7 @@ from tilevm.dtypes import DataType, encode, parse
 from tilevm.ir.errors import VMError
 from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import Binary, Const, Expr, ScalarCast, Select, Unary, Var, free_vars
-from tilevm.ir.stmt import entry_registers
+from tilevm.ir.stmt import cluster_grid_problem, entry_registers
 
 __all__ = [
     "ArgumentTypeError", "ArgumentValueError", "CudaError", "NoDriverError", "ModuleLoadError",
@@ -240,11 +240,9 @@ class Signature:
                 raise ArgumentValueError(f"kernel {self.name}: grid dimension {axis} ({e}) "
                                          f"is {n} for these arguments")
             dims.append(n)
-        if dims[0] % self.cluster:
-            raise ArgumentValueError(
-                f"kernel {self.name} runs in clusters of {self.cluster} blocks along the "
-                f"grid's first dimension, but for these arguments that dimension "
-                f"({self.grid[0]}) is {dims[0]}, not a multiple of {self.cluster}")
+        problem = cluster_grid_problem(self.cluster, self.grid[0], dims[0])
+        if problem:
+            raise ArgumentValueError(f"kernel {self.name} {problem}")
         return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
     # JSON (for the on-disk cache): expressions travel as IR text.

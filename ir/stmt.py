@@ -80,6 +80,16 @@ def entry_registers(block_threads: int) -> int:
 CLUSTER_SIZES = (1, 2, 4, 8)  # blocks a cluster may have (8: the portable most on sm_90)
 
 
+def cluster_grid_problem(cluster: int, first: object, extent: int) -> str | None:
+    """What is wrong with a launch whose grid's first dimension (expression `first`) is
+    `extent` blocks, for clusters of `cluster` (None: nothing); the runtime and the
+    interpreter refuse such a launch alike."""
+    if extent % cluster:
+        return (f"runs in clusters of {cluster} blocks along the grid's first dimension, "
+                f"but that dimension ({first}) is {extent}, not a multiple of {cluster}")
+    return None
+
+
 def body_registers(num_warps: int, producer_warps: int, producer_registers: int) -> int:
     """The registers a thread of the `num_warps` warps has once the producer's threads
     keep `producer_registers` each (0: the entry count): the block's pool at entry less

@@ -93,7 +93,7 @@ from tilevm.ir.expr import (
     Var,
     free_vars,
 )
-from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, cluster_grid_problem
 from tilevm.ir.types import MemorySpace, Pointer, Tensor
 from tilevm.layouts.errors import LayoutError
 from tilevm.layouts.register_bits import check_view
@@ -327,11 +327,9 @@ class Interpreter:
                 raise VMError(f"kernel {self.program.name}: grid dimension {axis} ({e}) is "
                               f"{n!r}, not a non-negative integer")
             dims.append(n)
-        cluster = self.program.cluster
-        if dims[0] % cluster:  # as the launch refuses it (runtime.Signature.grid_of)
-            raise VMError(f"kernel {self.program.name} runs in clusters of {cluster} blocks "
-                          f"along the grid's first dimension, but that dimension "
-                          f"({grid[0]}) is {dims[0]}, not a multiple of {cluster}")
+        problem = cluster_grid_problem(self.program.cluster, grid[0], dims[0])
+        if problem:  # as the launch refuses it (runtime.Signature.grid_of)
+            raise VMError(f"kernel {self.program.name} {problem}")
         return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
     # ---- statements ---------------------------------------------------------------------
