@@ -162,15 +162,21 @@ def _allocated_after_the_copies(body: Seq) -> set[int]:
             copy_ahead[id(inst)] = ahead
         return ahead or isinstance(inst, ins.CopyAsync)
 
-    def forward(inst: ins.Instruction, pending: bool) -> bool:
+    def forward(inst: ins.Instruction, state: tuple[bool, bool]) -> tuple[bool, bool]:
+        pending, open_ = state  # copies not yet waited for; copies not yet committed
         if isinstance(inst, ins.AllocShared):
             in_flight[id(inst)] = pending
+        if isinstance(inst, ins.CopyAsync):
+            return True, True
+        if isinstance(inst, ins.CopyAsyncCommit):
+            return pending, False
         if isinstance(inst, ins.CopyAsyncWait) and inst.n == 0:
-            return False
-        return pending or isinstance(inst, ins.CopyAsync)
+            return open_, open_  # (a wait retires committed groups only)
+        return state
 
     dataflow.walk(body, False, backward, bool.__or__, backward=True)
-    dataflow.walk(body, False, forward, bool.__or__)
+    dataflow.walk(body, (False, False), forward,
+                  lambda a, b: (a[0] or b[0], a[1] or b[1]))
     return {key for key, ahead in copy_ahead.items() if not ahead and not in_flight[key]}
 
 
