@@ -112,7 +112,7 @@ class KernelCodegen:
                 self.pointers[param.name] = arg
             else:
                 self.scalars[param.name] = arg
-        self.tid = self._sreg("tid.x")
+        self.tid = self.sreg("tid.x")
         self._thread_parts: dict[RegisterLayout, list[ir.Value]] = {}
         self._broadcast_maps: dict[tuple, list[int]] = {}
         self.inst: ins.Instruction | None = None
@@ -256,7 +256,7 @@ class KernelCodegen:
             value = self.scalars[e.name]
             return b.load(value) if isinstance(value, ir.AllocaInstr) else value
         if isinstance(e, BlockIndex):
-            return self._sreg(f"ctaid.{'xyz'[e.axis]}")
+            return self.sreg(f"ctaid.{'xyz'[e.axis]}")
         if isinstance(e, ScalarCast):
             return convert_value(self.b, self._expr(e.operand), e.operand.dtype, e.dtype)
         if isinstance(e, Select):
@@ -284,7 +284,8 @@ class KernelCodegen:
         return scalar_binary(b, op, x, y, operand)
 
     # ---- helpers ----------------------------------------------------------------------------
-    def _sreg(self, name: str) -> ir.Value:
+    def sreg(self, name: str) -> ir.Value:
+        """The special register `%name` (`llvm.nvvm.read.ptx.sreg.*`)."""
         fn = self.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(I32, []),

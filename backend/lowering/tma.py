@@ -182,11 +182,6 @@ def cluster_barrier(cg: KernelCodegen, wait: bool = True) -> None:
     _asm(cg, text, "~{memory}", [])
 
 
-def _cluster_rank(cg: KernelCodegen) -> ir.Value:
-    fn_ty = ir.FunctionType(I32, [])
-    return cg.b.call(ir.InlineAsm(fn_ty, "mov.u32 $0, %cluster_ctarank;", "=r"), [])
-
-
 def _wait_parity(cg: KernelCodegen, bar: ir.Value, parity: ir.Value) -> None:
     text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 "
             "done, [$0], $1; @!done bra wait; }")
@@ -239,17 +234,18 @@ def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None
         address = cg.b.ptrtoint(dst, I32)
         operands = [address, cg.b.ptrtoint(state.maps[spec], I64), bar, *coords]
         constraints = ["r", "l", "r"] + ["r"] * rank
-        text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
-                f".mbarrier::complete_tx::bytes [$0], [$1, {{{names}}}], [$2];")
+        multicast = mask = ""
         if inst.multicast:  # this block's slice, into every block of the cluster
-            me = _cluster_rank(cg)
+            me = cg.sreg("cluster.ctarank")
             slice_bytes = int(inst.lowering["bytes"]) // state.cluster
             operands[0] = cg.b.add(address, cg.b.mul(me, ir.Constant(I32, slice_bytes)))
             operands[-1] = cg.b.add(coords[-1], cg.b.mul(me, ir.Constant(I32, spec.box[-1])))
             operands.append(ir.Constant(ir.IntType(16), (1 << state.cluster) - 1))
             constraints.append("h")
-            text = text.replace("::bytes", "::bytes.multicast::cluster").replace(
-                "[$2];", f"[$2], ${len(operands) - 1};")
+            multicast, mask = ".multicast::cluster", f", ${len(operands) - 1}"
+        text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
+                f".mbarrier::complete_tx::bytes{multicast} [$0], [$1, {{{names}}}], "
+                f"[$2]{mask};")
         _asm(cg, text, ",".join(constraints + ["~{memory}"]), operands)
 
 
