@@ -120,6 +120,8 @@ class KernelCodegen:
     # ---- entry point ---------------------------------------------------------------------
     def generate(self) -> ir.Module:
         self._find_carried(self.program.body)
+        if self.program.producer is not None:  # a converting producer's carried codes
+            self._find_carried(self.program.producer)
         if self.tensor_maps:  # TMA copies: their barrier ring and group counter
             self.tma = tma.TmaState(self, self.tensor_maps, len(self.program.params))
             tma.init_barriers(self, self.tma)
@@ -134,21 +136,31 @@ class KernelCodegen:
         return self.module
 
     def _lower_producer(self, producer: Seq) -> None:
-        """The producer warp's body, run by its first thread; the warp then returns and
-        the code after this runs in the `num_warps` warps of `body`. With
-        `producer_registers` the producer warpgroup first gives registers back and the
-        other warps then take them (`setmaxnreg`, executed by whole warpgroups)."""
+        """The producer warp's body, run by its first thread (a converting producer's by
+        all its threads, numbered from 0 as the body's are: its register tiles are laid
+        out as theirs); the warps then return and the code after this runs in the
+        `num_warps` warps of `body`. With `producer_registers` the producer warpgroups
+        first give registers back and the other warps then take them (`setmaxnreg`,
+        executed by whole warpgroups)."""
         b, first = self.b, ir.Constant(I32, self.program.num_threads)
         registers = self.program.producer_registers
         # The body defines its scalars and tensors anew: what the producer's did goes.
         scalars, tensors = dict(self.scalars), dict(self.tensors)
+        tid, parts = self.tid, self._thread_parts
         with b.if_then(b.icmp_unsigned(">=", self.tid, first)):
             if registers:
                 self._setmaxnreg("dec", registers)
-            with b.if_then(b.icmp_unsigned("==", self.tid, first)):
-                wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
+            wgmma, self.wgmma, self.in_producer = self.wgmma, None, True
+            if self.program.producer_converts:
+                with b.goto_block(self.entry):  # where the thread parts are computed
+                    b.position_before(self.entry.terminator)
+                    self.tid, self._thread_parts = b.sub(tid, first), {}
                 self.lower_seq(producer)
-                self.wgmma, self.in_producer = wgmma, False
+                self.tid, self._thread_parts = tid, parts
+            else:
+                with b.if_then(b.icmp_unsigned("==", self.tid, first)):
+                    self.lower_seq(producer)
+            self.wgmma, self.in_producer = wgmma, False
             if self.program.cluster > 1:  # the kernel's last cluster barrier (`generate`):
                 # these threads only arrive (the body's warps keep the block resident);
                 # waiting there, the warp's other lanes slowed the issuing one 2.5x

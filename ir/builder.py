@@ -41,6 +41,7 @@ class Builder:
         self.constants: tuple[tuple[str, str], ...] = ()
         self.producer_warps = 0
         self.producer_registers = 0
+        self.producer_converts = False
         self.cluster = 1
         self.loc: SourceLoc | None = None
         # The frontend sets this to the Python variable being assigned, so the tensors of
@@ -130,7 +131,8 @@ class Builder:
             raise RuntimeError("build() inside an open block")
         return Program(self.name, tuple(self.params), self.grid, self.num_warps,
                        Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps,
-                       producer_registers=self.producer_registers, cluster=self.cluster)
+                       producer_registers=self.producer_registers, cluster=self.cluster,
+                       producer_converts=self.producer_converts)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],

@@ -676,7 +676,8 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
     if not m:
         raise _Error("expected the program header: kernel NAME(PARAMS) grid(...) warps(N) {")
     header: dict[str, Any] = {"name": m.group(1), "constants": (), "producer_warps": 0,
-                              "producer_registers": 0, "cluster": 1}
+                              "producer_registers": 0, "cluster": 1,
+                              "producer_converts": 0}
     pos = m.end()
     inside, pos = _group(text, pos)
     params: list[Pointer | Var] = []
@@ -703,12 +704,12 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
         pos = len(text) - len(rest)
         if rest == "{":
             break
-        km = re.match(r"^(grid|warps|constants|producer_warps|producer_registers|cluster)"
-                      r"\s*", rest)
+        km = re.match(r"^(grid|warps|constants|producer_warps|producer_registers|"
+                      r"producer_converts|cluster)\s*", rest)
         if not km:
             raise _Error(f"unexpected {rest!r} in the header (expected grid(...), warps(N), "
                          "constants(...), producer_warps(N), producer_registers(N), "
-                         "cluster(N) or '{')")
+                         "producer_converts(1), cluster(N) or '{')")
         key = km.group(1)
         if key in seen:
             raise _Error(f"{key}(...) given twice")
@@ -720,7 +721,7 @@ def _read_header(text: str, ctx: _Context) -> dict[str, Any]:
                 raise _Error("grid(...) takes 1 to 3 expressions")
         elif key == "warps":
             header["num_warps"] = _convert(inside, int, ctx)
-        elif key in ("producer_warps", "producer_registers", "cluster"):
+        elif key in ("producer_warps", "producer_registers", "producer_converts", "cluster"):
             header[key] = _convert(inside, int, ctx)
         else:
             consts = []
@@ -780,7 +781,8 @@ def _program(header: dict[str, Any], body: list[Stmt], producer: list[Stmt] | No
     return Program(header["name"], header["params"], header["grid"], header["num_warps"],
                    Seq(body=tuple(body)), header["constants"], header["producer_warps"],
                    None if producer is None else Seq(body=tuple(producer)),
-                   header["producer_registers"], header["cluster"])
+                   header["producer_registers"], header["cluster"],
+                   bool(header["producer_converts"]))
 
 
 def _read_line(text: str, number: int, stack: list[_Frame], ctx: _Context,

@@ -161,6 +161,8 @@ def format_program(program: Program) -> str:
         header += f" producer_warps({program.producer_warps})"
     if program.producer_registers:
         header += f" producer_registers({program.producer_registers})"
+    if program.producer_converts:
+        header += " producer_converts(1)"
     if program.cluster != 1:
         header += f" cluster({program.cluster})"
     lines = [header + " {"]

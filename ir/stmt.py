@@ -134,6 +134,12 @@ class Program:
     `tv.producer_warp(registers=R)`): each producer thread keeps R registers and gives
     the rest of its share to the body's warps (`setmaxnreg`; `body_registers`).
 
+    `producer_converts` (`tv.producer_warp(registers=R, converts=True)`): the producer
+    warpgroup also runs the `store_shared`s into the shared tiles `dot`s read, with
+    every instruction that computes what they store (`split_producer_warp`), as threads
+    0..127 of the body run them (what it computes is laid out over those, replicated
+    over the body's other threads): the body's warps then only wait and multiply.
+
     `cluster` (1, 2, 4 or 8: `tv.cluster(n)`): the blocks run in clusters of that many
     consecutive blocks along the grid's first dimension (sm_90), which `copy_async(...,
     multicast=True)` copies share; blocks `n c .. n c + n - 1` form cluster `c`.
@@ -149,6 +155,7 @@ class Program:
     producer: Seq | None = None
     producer_registers: int = 0
     cluster: int = 1
+    producer_converts: bool = False
 
     @property
     def num_threads(self) -> int:

@@ -16,6 +16,7 @@ Program
     compiler derives it); `producer_registers` is nonzero exactly with 4 producer warps,
     and then passes `ir.stmt.producer_registers_problem` (a multiple of 8 in 24..256,
     `num_warps` a multiple of 4, the other warps left with more than they start with);
+    `producer_converts` is a bool, true only with the producer warpgroup and cluster 1;
   - `cluster` is 1, 2, 4 or 8 (`CLUSTER_SIZES`); a `copy_async` with `multicast` needs a
     cluster of more than one block and a producer warp;
   - `grid` has 1 to 3 integer expressions over the scalar parameters and constants only
@@ -1174,6 +1175,12 @@ def _check_header(program: Any) -> Context:
     if not _is_int(program.cluster) or program.cluster not in CLUSTER_SIZES:
         _fail(f"cluster must be one of {', '.join(map(str, CLUSTER_SIZES))} (blocks per "
               f"cluster), got {_short(program.cluster)}")
+    converts = program.producer_converts
+    if not isinstance(converts, bool) or (converts and (pw != WARPGROUP_WARPS
+                                                       or program.cluster != 1)):
+        _fail(f"producer_converts is a bool, set only with a producer warpgroup "
+              f"({WARPGROUP_WARPS} producer_warps) and cluster 1, got {_short(converts)} "
+              f"with producer_warps={pw}, cluster={_short(program.cluster)}")
     if program.producer is not None:
         _fail("the program already has a producer body (the pass split_producer_warp "
               "derives it; verify the program before that pass)")

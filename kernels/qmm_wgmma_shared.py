@@ -57,7 +57,7 @@ from tilevm.kernels.qmm import (
     shift_ahead,
 )
 from tilevm.kernels.qmm_wgmma import block_tile, copy_scales, store_transposed
-from tilevm.layouts import local, spatial
+from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled
 from tilevm.vm import lang as tv
@@ -78,7 +78,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          has_zeros: bool = False, bm: int = 256, bk: int = 64,
                          num_warps: int = 8, stages: int = 4, lead: int = 2,
                          group_m: int = 8, prefetch: int = 1,
-                         wide_stores: bool = False):
+                         wide_stores: bool = False, producer: int = 0):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -98,15 +98,28 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
         tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+        if producer:  # warps of their own convert (`tv.producer_warp`); the scales
+            # then come from global memory (the producer waits for no copy)
+            tv.producer_warp(registers=producer, converts=True)
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                      group_size, group_m)
 
         # Warp (h, j): atom j's codes for rows 32 h.. of the k-tile, as loaded (16 bytes
         # a lane for int4), and as f16 in the same threads with the locals in order
-        # (pairs along k adjacent: 4-byte shared stores).
-        byte_layout = spatial(chunks, atoms, 32, 1).local(1, 1, 1, 4 * b)
-        code_layout = (spatial(chunks, atoms) * atom_code_layout(b)).permute((1, 0))
-        weight_layout = (spatial(chunks, atoms) * ATOM_LAYOUT).permute((1, 0))
+        # (pairs along k adjacent: 4-byte shared stores). With a converting producer
+        # (one warpgroup) warp j converts atom j's pieces for every 32 rows of the
+        # k-tile, as the program's first 4 warps (the others hold copies).
+        warps = spatial(chunks, atoms) if not producer else \
+            replicated(num_warps // 4, ndim=2) * local(chunks, 1) * spatial(1, atoms)
+        tv.static_assert(not producer or atoms == 4,
+                         f"a converting producer's 4 warps take one atom each: bn = 128 "
+                         f"columns, got {bn}")
+        lanes = spatial(1, 1, 32, 1).local(1, 1, 1, 4 * b)  # a warp's 32 x 32 piece
+        byte_layout = spatial(chunks, atoms, 1, 1) * lanes if not producer else \
+            replicated(num_warps // 4, ndim=4) * local(chunks, 1, 1, 1) \
+            * spatial(1, atoms, 1, 1) * lanes
+        code_layout = (warps * atom_code_layout(b)).permute((1, 0))
+        weight_layout = (warps * ATOM_LAYOUT).permute((1, 0))
         scale_layout = weight_layout.reduce(1)
         tile = [chunks, atoms, 32, 4 * b]
         acc_layout = local(max(1, bn // (16 * num_warps)), 1) * \
@@ -118,17 +131,33 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
               for _ in range(stages)]
         ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
               for _ in range(stages)]
-        ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
-        zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
+        ss = [] if producer else [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
+        zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] \
+            if has_zeros and not producer else None
+        # The scales (zeros) of a k-tile's conversion: copied with x a k-tile ahead into
+        # `ss` (`zs`), or with a converting producer read from global memory by it.
+        sources = (ss, zs)
+        group_at = lambda view, k: tv.load_global(  # noqa: E731
+            view, [n0, k // group_size], [bn, 1], layout=scale_layout)
+        layouts = (code_layout, weight_layout, scale_layout)
         # Copy group j: x of k-tile j and the scales (zeros) of k-tile j + 1, which the
         # conversion reads a k-tile ahead of the multiplication.
-        copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
+        if not producer:
+            copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
         for first in range(lead):
             tv.copy_async(xs[first], gxt, [first * bk, m0])
-            copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
+            if not producer:
+                copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
             tv.copy_async_commit()
         packed = codes_at(0)
         w1, w2, w3, w4 = fetch_ahead(lambda k: codes_at(bk + k), bk, prefetch)
+        if producer:  # the scales (zeros) fetched ahead with the codes, as registers
+            tv.static_assert(prefetch < stages, "a converting producer fetches the codes "
+                             "a k-tile at a time (prefetch < stages)")
+            scale, s1, s2, s3, s4 = group_at(gs, 0), *fetch_ahead(
+                lambda k: group_at(gs, bk + k), bk, prefetch)
+            zero, z1, z2, z3, z4 = (group_at(gz, 0), *fetch_ahead(
+                lambda k: group_at(gz, bk + k), bk, prefetch)) if has_zeros else [None] * 5
         # With `prefetch == stages` the codes come a loop iteration at a time, fetched
         # once the iteration's first conversion has read the previous batch. (ptxas
         # tracks every global load with one scoreboard, so the first use of any code
@@ -137,8 +166,22 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         batch = prefetch == stages
         tv.copy_async_wait(lead - 1)
         tv.sync()
-        tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, code_layout, weight_layout,
-                                        scale_layout, ss, zs))
+        tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, layouts,
+                                        (scale, zero) if producer else sources))
+        # The weights are converted `ahead` k-tiles before their `dot`: one, by the
+        # warps that multiply them; `stages - 1` by a converting producer, which is then
+        # that many k-tiles ahead of the multiplications instead of one (the buffer it
+        # fills was read by the previous k-tile's wgmmas, retired by then).
+        ahead = stages - 1 if producer else 1
+        for j in range(1, ahead):
+            packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
+                                                 codes_at((j + prefetch) * bk))
+            scale, s1, s2, s3, s4 = shift_ahead((s1, s2, s3, s4),
+                                                group_at(gs, (j + prefetch) * bk))
+            if has_zeros:
+                zero, z1, z2, z3, z4 = shift_ahead((z1, z2, z3, z4),
+                                                   group_at(gz, (j + prefetch) * bk))
+            tv.store_shared(ws[j], _weights(packed, j, wdtype, act, layouts, (scale, zero)))
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
         for k0 in tv.range(0, K, stages * bk):
             for s in range(stages):  # unrolled: k-tile t = k0 / bk + s in buffers s
@@ -147,38 +190,54 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.sync()  # thread's copies); every warp's weights of t stored
                 acc = tv.dot(ws[s], xs[s], acc)
                 tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
-                copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
-                             k + (lead + 1) * bk, group_size)
+                if not producer:
+                    copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
+                                k + (lead + 1) * bk, group_size)
                 tv.copy_async_commit()
                 if batch:
                     packed = (w1, w2, w3, w4)[s]
                 else:
-                    packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
-                                                         codes_at(k + (prefetch + 1) * bk))
-                nxt = (s + 1) % stages
-                tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, code_layout,
-                                                  weight_layout, scale_layout, ss, zs))
+                    later = k + (ahead + prefetch) * bk  # the codes fetched now
+                    packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4), codes_at(later))
+                    if producer:
+                        scale, s1, s2, s3, s4 = shift_ahead((s1, s2, s3, s4),
+                                                            group_at(gs, later))
+                        if has_zeros:
+                            zero, z1, z2, z3, z4 = shift_ahead((z1, z2, z3, z4),
+                                                               group_at(gz, later))
+                nxt = (s + ahead) % stages
+                tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, layouts,
+                                                  (scale, zero) if producer else sources))
                 if batch and s == 0:  # the next iteration's codes, k-tiles t + 5 ..
                     n1, n2, n3, n4 = fetch_ahead(
                         lambda j, k=k: codes_at(k + (stages + 1) * bk + j), bk, stages)
             if batch:
                 w1, w2, w3, w4 = n1, n2, n3, n4
         tv.copy_async_wait(0)
+        # (the producer's tiles keep their bytes: it may still be storing the k-tile
+        # past the last, which no dot reads)
         store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps,
-                         (*xs, *ws, *ss, *(zs or ())), wide_stores)
+                         (*xs, *([] if producer else ws), *ss, *(zs or ())), wide_stores)
 
     qmm_wgmma_shared.name = f"qmm_wgmma_shared_{act.name}"
     return qmm_wgmma_shared
 
 
-def _weights(codes, buf, wdtype, act, code_layout, weight_layout, scale_layout, ss, zs):
-    """A k-tile's codes converted with the scales (zeros) of shared buffer `buf`."""
+def _weights(codes, buf, wdtype, act, layouts, sources):
+    """A k-tile's codes converted with their group's scales (zeros): `sources` are the
+    shared tiles they were copied into (buffer `buf` of each), or the `[bn, 1]` tiles
+    already in registers."""
+    code_layout, weight_layout, scale_layout = layouts
     bn = code_layout.shape[0]
 
     def group(tiles):
-        return lambda: tv.load_shared(tiles[buf], [0, 0], [bn, 1], layout=scale_layout)
-    return dequantized(codes, wdtype, act, code_layout, weight_layout, group(ss),
-                       group(zs) if zs is not None else None)
+        if tiles is None:
+            return None
+        if isinstance(tiles, list):
+            return lambda: tv.load_shared(tiles[buf], [0, 0], [bn, 1], layout=scale_layout)
+        return lambda: tiles
+    scale, zero = (group(t) for t in sources)
+    return dequantized(codes, wdtype, act, code_layout, weight_layout, scale, zero)
 
 
 def dequantized(codes, wdtype, act, code_layout, weight_layout, scale, zero=None):

@@ -66,6 +66,7 @@ class Schedule:
     lead: int = 0
     shared_weights: bool = False
     dequant: bool = False
+    producer: int = 0
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -82,6 +83,9 @@ class Schedule:
         if (self.lead or self.shared_weights or self.dequant) and not self.wgmma:
             raise ValueError(f"lead, shared_weights and dequant are the wgmma kernel's, got "
                              f"{self!r}")
+        if self.producer and not self.shared_weights:
+            raise ValueError(f"a converting producer (its registers, `producer`) is the "
+                             f"shared-weights kernel's, got {self!r}")
         if self.dequant and (self.shared_weights or self.prefetch != 1):
             raise ValueError(f"a dequant schedule converts no weights in the matmul: no "
                              f"shared_weights or prefetch, got {self!r}")
@@ -97,11 +101,12 @@ class Schedule:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead)
         if self.wgmma:
-            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
-                        stages=self.stages, lead=self.lead, prefetch=self.prefetch)
+            table = dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                         stages=self.stages, lead=self.lead, prefetch=self.prefetch)
+            return table | ({"producer": self.producer} if self.producer else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
-                     "dequant"):
+                     "dequant", "producer"):
             del table[name]
         return table
 
@@ -120,6 +125,8 @@ class Schedule:
             if self.shared_weights or self.dequant:  # both operands in shared buffers,
                 # rewritten behind the barrier (8 warps, 64-row k-tiles: 128 columns)
                 columns = 32 * self.num_warps // (self.bk // 32)
+                if self.producer and columns != 128:  # its warpgroup: an atom a warp
+                    return False
                 return (self.dequant or columns % 64 == 0) \
                     and 1 <= self.lead <= self.stages - 2 <= 4
             return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages
@@ -139,7 +146,8 @@ class Schedule:
             return (f"wgmma{kind} bm={self.bm} "
                     f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
                     f"{f' lead={self.lead}' if self.lead else ''}"
-                    f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}")
+                    f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
+                    f"{f' producer={self.producer}' if self.producer else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -211,11 +219,13 @@ def dequant_workspace(N: int, K: int) -> int:
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
-          prefetch: int = 1, shared_weights: bool = False) -> Schedule:
+          prefetch: int = 1, shared_weights: bool = False, producer: int = 0) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, or with
-    `shared_weights` `kernels.qmm_wgmma_shared`)."""
+    `shared_weights` `kernels.qmm_wgmma_shared`, whose weights a converting producer
+    warpgroup of `producer` registers a thread converts when nonzero)."""
     return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
-                    lead=lead, prefetch=prefetch, shared_weights=shared_weights)
+                    lead=lead, prefetch=prefetch, shared_weights=shared_weights,
+                    producer=producer)
 
 
 def wgmma_tile(tile: tuple[int, int, int, int, int], group_size: int, *,

@@ -175,6 +175,12 @@ def _tolerance(x, qw, ref) -> float:
     # a loop iteration's codes fetched at once (prefetch == stages), with zero points
     ("uint4", True, wgmma(64, 8, 4, 128, lead=2, prefetch=4, shared_weights=True), 70, 200),
     ("f6e3m2", False, wgmma(32, 8, 3, 64, lead=1, prefetch=3, shared_weights=True), 9, 72),
+    # a converting producer warpgroup: the scales read ahead from global memory with the
+    # codes, the weights converted stages - 1 k-tiles ahead (past K at the end)
+    ("uint4", True, wgmma(64, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
+                          producer=136), 70, 200),
+    ("f6e3m2", False, wgmma(32, 8, 3, 128, lead=1, shared_weights=True, producer=120), 9,
+     72),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -354,7 +360,9 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                wgmma(256, 8, 4, 128, lead=2, prefetch=3,
                                      shared_weights=True),
                                wgmma(256, 8, 4, 128, lead=2, prefetch=4,
-                                     shared_weights=True), dequant_schedule()])
+                                     shared_weights=True),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
+                                     producer=136), dequant_schedule()])
 def test_gpu_schedules_and_zero_points(s):
     import torch
 

@@ -167,7 +167,7 @@ def grid(*dims: Any) -> None:
     ctx.builder.set_grid(*exprs)
 
 
-def producer_warp(registers: int | None = None) -> None:
+def producer_warp(registers: int | None = None, converts: bool = False) -> None:
     """Give the block one more warp, which issues the program's TMA copies (sm_90a): the
     other warps then wait only for the copies they read, never for each other's
     progress, and a copy into a buffer starts as soon as every warp has released it
@@ -181,7 +181,19 @@ def producer_warp(registers: int | None = None) -> None:
     warps; one thread issues) that keeps `registers` registers a thread and gives the
     rest of its share to the other warps (`setmaxnreg`): a block of 8 warps and the
     producer starts with 168 registers a thread, and with `registers=40` the 8 warps
-    then have 232 (`Program.body_registers`). `num_warps` must be a multiple of 4."""
+    then have 232 (`Program.body_registers`). `num_warps` must be a multiple of 4.
+
+    With `converts=True` (and `registers`) the producer warpgroup also runs every
+    `store_shared` into a shared tile that a `dot` reads, with all the instructions
+    that compute what is stored (global loads, casts, views, arithmetic, loop-carried
+    tiles), as the program's threads 0..127 run them: the other warps then only wait
+    for those tiles and multiply. What it computes must be laid out over those 128
+    threads (replicated over the others, whose copies it leaves out). A tile stored
+    there has a "full" and an "empty" barrier of its own: the producer stores once the
+    other warps have released the tile (passed the program's store, with the wgmmas
+    reading it retired), and a `dot` reading it waits for the store it reads. The
+    compiler refuses what it cannot split this way (a stored value the other warps also
+    use, a shared load in what computes it, a stored tile another instruction reads)."""
     ctx = fv.current("tv.producer_warp")
     if ctx.builder.producer_warps:
         first = f" (first at line {ctx.producer_loc.line})" if ctx.producer_loc else ""
@@ -193,6 +205,12 @@ def producer_warp(registers: int | None = None) -> None:
                                   or isinstance(registers, bool)):
         raise VMError(f"tv.producer_warp(registers=...) takes an int, got "
                       f"{fv.describe(registers)}")
+    if not isinstance(converts, bool):
+        raise VMError(f"tv.producer_warp(converts=...) takes a bool, got "
+                      f"{fv.describe(converts)}")
+    if converts and registers is None:
+        raise VMError("tv.producer_warp(converts=True) needs registers=R: the converting "
+                      "producer is a warpgroup, which gives the body its registers")
     warps = 1 if registers is None else WARPGROUP_WARPS
     if ctx.builder.num_warps + warps > 32:
         raise VMError(f"tv.producer_warp: the block already has {ctx.builder.num_warps} "
@@ -203,6 +221,7 @@ def producer_warp(registers: int | None = None) -> None:
         raise VMError(f"tv.producer_warp: {problem}")
     ctx.producer_loc = ctx.builder.loc
     ctx.builder.producer_warps = warps
+    ctx.builder.producer_converts = converts
     if registers is not None:
         ctx.builder.producer_registers = int(registers)
 

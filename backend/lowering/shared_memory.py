@@ -58,8 +58,15 @@ from tilevm.backend.lowering.global_memory import (
     vector_registers,
 )
 from tilevm.backend.lowering.ldmatrix_select import ROW_ELEMENTS, LdmatrixChoice, ldmatrix_form
-from tilevm.backend.lowering.tma import emit_tma_commit, emit_tma_copy, emit_tma_wait
+from tilevm.backend.lowering.tma import (
+    emit_tma_commit,
+    emit_tma_copy,
+    emit_tma_release,
+    emit_tma_wait,
+    producer_store,
+)
 from tilevm.backend.passes.plan_shared_memory import Allocation, SharedPlan, shared_plan
+from tilevm.backend.passes.split_producer_warp import is_release
 from tilevm.backend.passes.vectorize_memory import chunk_dim
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import Expr
@@ -268,6 +275,14 @@ def lower_load_shared(cg: KernelCodegen, inst: ins.LoadShared) -> None:
 
 
 def lower_store_shared(cg: KernelCodegen, inst: ins.StoreShared) -> None:
+    if is_release(inst):  # the converting producer stores; these warps release the tile
+        emit_tma_release(cg, inst)
+        return
+    with producer_store(cg, inst):
+        _store_values(cg, inst)
+
+
+def _store_values(cg: KernelCodegen, inst: ins.StoreShared) -> None:
     values = cg.register_values(inst.src)
     if inst.src.dtype != inst.dst.dtype:
         values = [convert_value(cg.b, v, inst.src.dtype, inst.dst.dtype) for v in values]

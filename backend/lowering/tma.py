@@ -45,7 +45,12 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from tilevm.backend.arith import I8, I32, I64
-from tilevm.backend.passes.plan_shared_memory import is_tma, tma_destinations, tma_ring
+from tilevm.backend.passes.plan_shared_memory import (
+    is_tma,
+    producer_buffers,
+    stored_operands,
+    tma_ring,
+)
 from tilevm.backend.runtime import TensorMapSpec
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program
@@ -96,10 +101,19 @@ class TmaState:
         self.ring = tma_ring(cg.program)
         self.ring_offset = plan.barrier_offset
         # With a producer warp: each buffer's "empty" barrier (after the ring), and in
-        # the producer, how many copies into it were issued (which phase to wait for).
-        self.empty = {name: self.ring + i for i, name in enumerate(tma_destinations(
+        # the producer, how many copies (stores) into it were issued (which phase to
+        # wait for); with a converting producer each stored tile's "full" barrier (after
+        # those), and in the other warps how many times they released it (which store a
+        # `dot` reads: the last one).
+        self.empty = {name: self.ring + i for i, name in enumerate(producer_buffers(
             cg.program))} if cg.program.producer_warps else {}
+        self.full = {name: self.ring + len(self.empty) + i
+                     for i, name in enumerate(stored_operands(cg.program))}
         self.issued = {name: cg.entry_alloca(I32, f"issued.{name}") for name in self.empty}
+        self.released = {name: cg.entry_alloca(I32, f"released.{name}")
+                         for name in self.full}
+        for slot in self.released.values():
+            cg.b.store(ir.Constant(I32, 0), slot)
         self.cluster = cg.program.cluster
         self.multicast = {i.dst.name for i in instructions(cg.program.body)
                           if is_tma(i) and i.multicast}
@@ -144,8 +158,9 @@ def _asm(cg: KernelCodegen, text: str, constraints: str, args: list[ir.Value]) -
 
 @contextmanager
 def _thread0(cg: KernelCodegen):
-    """Code that one thread runs: thread 0 (the producer's body runs in one thread)."""
-    if cg.in_producer:
+    """Code that one thread runs: thread 0 (the producer's body runs in one thread, a
+    converting producer's in all of them, numbered from 0)."""
+    if cg.in_producer and not cg.program.producer_converts:
         yield
         return
     with cg.b.if_then(cg.b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
@@ -166,6 +181,10 @@ def init_barriers(cg: KernelCodegen, state: TmaState) -> None:
             _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k)),
                   ir.Constant(I32, cg.program.num_warps * blocks)])
+        for k in state.full.values():  # each producer warp arrives once its lanes stored
+            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+                 [state.barrier(cg, ir.Constant(I32, k)),
+                  ir.Constant(I32, cg.program.producer_warps)])
         _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
     if cg.program.cluster > 1:  # a peer's first release or slice may come at once
         cluster_barrier(cg)
@@ -188,15 +207,19 @@ def _wait_parity(cg: KernelCodegen, bar: ir.Value, parity: ir.Value) -> None:
     _asm(cg, text, "r,r,~{memory}", [bar, parity])
 
 
-def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
-    """A copy in the body of a program with a producer warp: once all its lanes are
-    here, each warp's lane 0 arrives on the buffer's "empty" barrier."""
+def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync | ins.StoreShared) -> None:
+    """A copy (or a store the converting producer runs) in the body of a program with a
+    producer warp: once all its lanes are here, each warp's lane 0 arrives on the
+    buffer's "empty" barrier."""
     state: TmaState = cg.tma
-    bar = state.barrier(cg, ir.Constant(I32, state.empty[inst.dst.name]))
+    name = inst.dst.name
+    bar = state.barrier(cg, ir.Constant(I32, state.empty[name]))
+    if name in state.released:
+        count = state.released[name]
+        cg.b.store(cg.b.add(cg.b.load(count), ir.Constant(I32, 1)), count)
     _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
-    lane = cg.b.and_(cg.tid, ir.Constant(I32, 31))
-    with cg.b.if_then(cg.b.icmp_unsigned("==", lane, ir.Constant(I32, 0))):
-        if not inst.multicast:
+    with _lane0(cg):
+        if not getattr(inst, "multicast", False):
             _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
             return
         for rank in range(state.cluster):  # this block's barrier and each peer's
@@ -207,6 +230,60 @@ def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync) -> None:
             text = ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
                     "mbarrier.arrive.shared::cluster.b64 _, [remote]; }")
             _asm(cg, text, "r,r,~{memory}", [bar, ir.Constant(I32, rank)])
+
+
+@contextmanager
+def _lane0(cg: KernelCodegen):
+    """Code that lane 0 of each warp runs."""
+    lane = cg.b.and_(cg.tid, ir.Constant(I32, 31))
+    with cg.b.if_then(cg.b.icmp_unsigned("==", lane, ir.Constant(I32, 0))):
+        yield
+
+
+def _wait_for_release(cg: KernelCodegen, name: str) -> None:
+    """In the producer: wait until the other warps have released buffer `name` as many
+    times as the producer filled it before (the k-th fill waits for the k-th release,
+    written at the same place of the program), and count this fill."""
+    state: TmaState = cg.tma
+    issued = state.issued[name]
+    count = cg.b.load(issued)
+    _wait_parity(cg, state.barrier(cg, ir.Constant(I32, state.empty[name])),
+                 cg.b.and_(count, ir.Constant(I32, 1)))
+    cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), issued)
+
+
+@contextmanager
+def producer_store(cg: KernelCodegen, inst: ins.StoreShared):
+    """Around a store the converting producer runs into a tile `dot`s read: wait for the
+    tile's release, store, then publish the values to the tensor cores' reads (the
+    async proxy) and, once all the warp's lanes stored, arrive on its "full" barrier.
+    Other stores are left as they are."""
+    state: TmaState | None = cg.tma
+    name = inst.dst.name
+    if not cg.in_producer or state is None or name not in state.full:
+        yield
+        return
+    _wait_for_release(cg, name)
+    yield
+    _asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", [])
+    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    with _lane0(cg):
+        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}",
+             [state.barrier(cg, ir.Constant(I32, state.full[name]))])
+
+
+def wait_for_stores(cg: KernelCodegen, inst: ins.Dot) -> None:
+    """Before a `dot` in the other warps of a converting producer's program: for each
+    shared operand the producer stores, wait for the store it reads (the last one
+    before it in the program: the one its last release let in)."""
+    state: TmaState | None = cg.tma
+    if state is None or cg.in_producer:
+        return
+    for operand in dict.fromkeys(t.name for t in (inst.a, inst.b)):
+        if operand in state.full:
+            last = cg.b.sub(cg.b.load(state.released[operand]), ir.Constant(I32, 1))
+            _wait_parity(cg, state.barrier(cg, ir.Constant(I32, state.full[operand])),
+                         cg.b.and_(last, ir.Constant(I32, 1)))
 
 
 def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None:
@@ -222,13 +299,9 @@ def emit_tma_copy(cg: KernelCodegen, inst: ins.CopyAsync, dst: ir.Value) -> None
     coords = [cg.b.trunc(cg.i64(inst.offsets[d]), I32) for d in spec.dims]
     rank = len(spec.dims)
     names = ", ".join(f"${i + 3}" for i in range(rank))
-    if state.empty:
-        issued = state.issued[inst.dst.name]
-        count = cg.b.load(issued)
-        _wait_parity(cg, state.barrier(cg, ir.Constant(I32, state.empty[inst.dst.name])),
-                     cg.b.and_(count, ir.Constant(I32, 1)))
-        cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), issued)
     with _thread0(cg):
+        if state.empty:
+            _wait_for_release(cg, inst.dst.name)
         _asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
              "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
         address = cg.b.ptrtoint(dst, I32)

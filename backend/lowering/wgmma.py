@@ -73,6 +73,7 @@ from tilevm.backend.lowering.mma import (
     split_fragments,
 )
 from tilevm.backend.lowering.shared_memory import allocation, planned, shared_base
+from tilevm.backend.lowering.tma import wait_for_stores
 from tilevm.backend.lowering.wgmma_waits import analyze, is_wgmma
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
@@ -189,6 +190,7 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
         plan = _plan(cg, xa, xc, n_frags, k_steps)  # (rows held twice: computed twice)
         a_words = operand_registers(cg, a)
     acc = [convert_value(bld, v, c.dtype, _F32) for v in cg.register_values(c)]
+    wait_for_stores(cg, inst)  # operands a converting producer stores
     # The fence takes every register the wgmmas read, so their writes come before it.
     pinned = _pass_through(cg, "wgmma.fence.sync.aligned;", [*a_words, *acc])
     a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]

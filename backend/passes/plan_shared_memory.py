@@ -227,11 +227,32 @@ def tma_ring(program: Program) -> int:
 
 def tma_barriers(program: Program) -> int:
     """All the mbarriers of its TMA copies: the groups' ring, and with a producer warp
-    one "empty" barrier per buffer the copies write (`split_producer_warp`), after it."""
+    one "empty" barrier per buffer the producer writes (`producer_buffers`), after it,
+    then with a converting producer a "full" barrier per tile it stores
+    (`stored_operands`; `split_producer_warp`)."""
     ring = tma_ring(program)
     if not ring or not program.producer_warps:
         return ring
-    return ring + len(tma_destinations(program))
+    return ring + len(producer_buffers(program)) + len(stored_operands(program))
+
+
+def stored_operands(program: Program) -> tuple[str, ...]:
+    """With a converting producer (`Program.producer_converts`), the shared tiles that
+    `dot`s read and `store_shared`s write, in order of first store: the producer computes
+    and stores them (`split_producer_warp`). Empty otherwise."""
+    if not program.producer_converts:
+        return ()
+    read = {t.name for i in instructions(program.body) if isinstance(i, ins.Dot)
+            for t in (i.a, i.b) if t.space is MemorySpace.SHARED}
+    return tuple(dict.fromkeys(i.dst.name for i in instructions(program.body)
+                               if isinstance(i, ins.StoreShared) and i.dst.name in read))
+
+
+def producer_buffers(program: Program) -> tuple[str, ...]:
+    """The shared tensors a producer warp writes (`tma_destinations`, then
+    `stored_operands`): one "empty" barrier each, which the other warps' releases
+    complete."""
+    return tma_destinations(program) + stored_operands(program)
 
 
 def tma_destinations(program: Program) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
-"""Pass `split_producer_warp`: the TMA copies of a program with `producer_warps == 1`
-move to a warp of their own.
+"""Pass `split_producer_warp`: the TMA copies of a program with a producer warp move to a
+warp (warpgroup) of their own, and with a converting producer what computes the shared
+tiles `dot`s read too.
 
 Expects: a program after `lower_bit_packing` (every instruction's lowering chosen). A
 program without a producer warp passes unchanged. With one (`tv.producer_warp()`), the
@@ -38,6 +39,21 @@ the same program in which
   copies only, which the barriers now do. A `sync` left is a barrier of the
   `num_warps` warps only (`bar.sync 1`), the producer warp not among them.
 
+With a converting producer (`Program.producer_converts`, a producer warpgroup): the
+`store_shared`s into the tiles `dot`s read (`stored_operands`) and every instruction
+that computes what they store, back through loop-carried tiles, move to the producer
+too; refused (naming the instruction) when one of those is not a global load, cast,
+view, `full`, `where`, elementwise op or `assign`, when a value it computes is also
+read by an instruction left to the other warps, when its result is not held by the
+program's first 128 threads (replicated over the others, which the producer leaves
+out), when a stored tile is also copied into, read by anything but a `dot`, or shares
+bytes with another shared tensor. In `body` each such store stays as its tile's
+release (`lowering=release`, its tile in both fields): once the wgmmas reading the tile
+are retired each warp arrives on the tile's "empty" barrier, as for a copy; the
+producer's k-th store into a tile waits for the k-th release, and then each producer
+warp arrives on the tile's "full" barrier, which a `dot` reading it waits for (the
+store it reads: the last one its warps released).
+
 Why: with one block-wide `sync` per k-tile, the copies of k-tile t + lead wait for
 the slowest warp to reach t, and every warp waits for every other; with the copies in
 their own warp, a warp waits only for the copies it reads, and a buffer refills as
@@ -48,10 +64,13 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+import numpy as np
+
 from tilevm.backend.passes.plan_shared_memory import (
     is_tma,
     multicast_refill_bound,
     shared_plan,
+    stored_operands,
     tma_destinations,
     tma_ring_bound,
 )
@@ -59,6 +78,7 @@ from tilevm.ir import dataflow
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Expr, free_vars
+from tilevm.ir.instructions import lowering
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.transform import instructions
@@ -75,10 +95,134 @@ def split_producer_warp(program: Program) -> Program:
     if not program.producer_warps:
         return program
     _check_copies(program)
+    converted = _converted(program)  # ids: the stores moved, and what computes them
     tainted = _results_of_instructions(program.body)
-    producer = _producer_body(program.body, tainted)
-    consumers = _without_copy_syncs(program.body)
+    producer = _producer_body(program.body, tainted, converted)
+    consumers = _without_copy_syncs(_released(program.body, converted))
     return replace(program, body=consumers, producer=producer)
+
+
+# What a converting producer may compute a stored tile with (register in, register out).
+CONVERTING_INSTRUCTIONS = (ins.LoadGlobal, ins.Cast, ins.View, ins.Elementwise, ins.Full,
+                           ins.Where, ins.Assign)
+RELEASE = lowering("release")  # a store's form in the other warps: the tile's release
+
+
+def is_release(inst: ins.Instruction) -> bool:
+    """Whether `inst` is a `store_shared` the converting producer runs, left in the
+    other warps' body as the release of its tile (`lowering.tma.emit_release`)."""
+    return isinstance(inst, ins.StoreShared) and inst.lowering == RELEASE
+
+
+def _converted(program: Program) -> set[int]:
+    """With a converting producer: the ids of the `store_shared`s into the tiles `dot`s
+    read (`stored_operands`) and of every instruction that computes what they store,
+    back through loop-carried tiles (the producer runs them, the other warps do not);
+    empty otherwise. Refuses a split the module docstring rules out."""
+    stored = set(stored_operands(program))
+    if not stored:
+        if program.producer_converts:
+            raise _fail("converts=True, but no store_shared writes a shared tile that a "
+                        "dot reads (there is nothing to convert in the producer)")
+        return set()
+    everything = instructions(program.body)
+    defining: dict[str, list[ins.Instruction]] = {}
+    for inst in everything:
+        for name in _defines(inst):
+            defining.setdefault(name, []).append(inst)
+        if isinstance(inst, ins.CopyAsync) and inst.dst.name in stored:
+            raise _fail(f"%{inst.dst.name} is both copied into and stored by the converting "
+                        "producer: its full barrier counts stores only", inst)
+        if not isinstance(inst, (ins.Dot, ins.StoreShared, ins.AllocShared)) and any(
+                t.name in stored for t in _inputs(inst)):
+            raise _fail("this instruction reads a tile the converting producer stores; "
+                        "only dots may read those (the producer stores them behind "
+                        "barriers that only dots wait on)", inst)
+    chosen: dict[int, ins.Instruction] = {}
+    work = [i for i in everything if isinstance(i, ins.StoreShared) and i.dst.name in stored]
+    while work:
+        inst = work.pop()
+        if id(inst) in chosen:
+            continue
+        if not isinstance(inst, ins.StoreShared) and \
+                not isinstance(inst, CONVERTING_INSTRUCTIONS):
+            raise _fail(f"the converting producer would run this {inst.opname} to compute a "
+                        "stored tile; it runs global loads, casts, views and elementwise "
+                        "arithmetic only", inst)
+        chosen[id(inst)] = inst
+        for t in _inputs(inst):
+            if t.space is MemorySpace.REGISTER:
+                work += defining.get(t.name, [])
+    threads = 32 * program.producer_warps
+    for inst in chosen.values():
+        out = inst.dst if isinstance(inst, ins.Assign) else getattr(inst, "out", None)
+        if isinstance(out, Tensor) and not _held_by_first(out.layout, threads):
+            raise _fail(f"the converting producer runs this {inst.opname} as the program's "
+                        f"first {threads} threads do: lay %{out.name} out over those "
+                        f"(replicated over the others), not {out.layout}", inst)
+    made = {name for inst in chosen.values() for name in _defines(inst)}
+    for inst in everything:
+        if id(inst) not in chosen:
+            used = next((t.name for t in _inputs(inst) if t.name in made), None)
+            if used is not None:
+                raise _fail(f"%{used} is computed for a tile the converting producer stores, "
+                            "and this instruction of the other warps reads it too", inst)
+    plan = shared_plan(program)
+    for name in stored:
+        mine = plan.allocations[name]
+        for other in plan.allocations.values():
+            if other.name != name and other.offset < mine.offset + mine.size \
+                    and mine.offset < other.offset + other.size:
+                alloc = next(i for i in everything
+                             if isinstance(i, ins.AllocShared) and i.out.name == other.name)
+                raise _fail(f"%{other.name} reuses bytes of %{name}, which the converting "
+                            "producer stores into (keep it allocated for the whole "
+                            "kernel)", alloc)
+    return set(chosen)
+
+
+def _held_by_first(layout, threads: int) -> bool:
+    """Whether each thread of `layout` holds what thread `t % threads` holds (the first
+    `threads` threads hold everything, the others copies)."""
+    table = layout.table()  # [thread, local, dim]
+    return bool((table == table[np.arange(len(table)) % threads]).all())
+
+
+def _defines(inst: ins.Instruction) -> list[str]:
+    """The register tiles `inst` writes: its `out`, or an `assign`'s `dst`."""
+    out = inst.dst if isinstance(inst, ins.Assign) else getattr(inst, "out", None)
+    return [out.name] if isinstance(out, Tensor) else []
+
+
+def _inputs(inst: ins.Instruction) -> list[Tensor]:
+    """The tensors `inst` reads (every tensor operand but what it defines; a store's
+    `dst` is not read)."""
+    skip = {"out", "dst"} if isinstance(inst, (ins.Assign, ins.StoreShared, ins.StoreGlobal,
+                                                ins.CopyAsync)) else {"out"}
+    return [t for f in fields(inst) if f.name not in skip
+            for t in _tensors(getattr(inst, f.name))]
+
+
+def _released(seq: Seq, converted: set[int]) -> Seq:
+    """`seq` for the other warps: the instructions that compute the stored tiles go, and
+    each store into one stays as its release (`RELEASE`)."""
+    out: list[Stmt] = []
+    for stmt in seq.body:
+        if isinstance(stmt, ins.Instruction) and id(stmt) in converted:
+            if isinstance(stmt, ins.StoreShared):  # (what it stored is the producer's:
+                # the release names its tile in both fields, so the body reads back)
+                out.append(replace(stmt, src=stmt.dst, lowering=RELEASE))
+            continue
+        if isinstance(stmt, Seq):
+            stmt = _released(stmt, converted)
+        elif isinstance(stmt, For):
+            stmt = replace(stmt, body=_released(stmt.body, converted))
+        elif isinstance(stmt, If):
+            stmt = replace(stmt, then_body=_released(stmt.then_body, converted),
+                           else_body=None if stmt.else_body is None
+                           else _released(stmt.else_body, converted))
+        out.append(stmt)
+    return Seq(body=tuple(out))
 
 
 def _fail(message: str, inst: ins.Instruction | None = None) -> VMError:
@@ -215,12 +359,14 @@ def _reads(expr: Expr, names: set[str]) -> bool:
     return any(v.name in names for v in free_vars(expr))
 
 
-def _producer_body(seq: Seq, tainted: set[str]) -> Seq:
+def _producer_body(seq: Seq, tainted: set[str], converted: set[int]) -> Seq:
     """`seq` with the producer's statements only (see the module docstring)."""
     kept: list[Stmt] = []
     for stmt in seq.body:
         if isinstance(stmt, ins.Instruction):
-            if isinstance(stmt, PRODUCER_INSTRUCTIONS):
+            if id(stmt) in converted:
+                kept.append(stmt)
+            elif isinstance(stmt, PRODUCER_INSTRUCTIONS):
                 if isinstance(stmt, ins.CopyAsync) and any(_reads(o, tainted)
                                                            for o in stmt.offsets):
                     raise _fail("this copy's offsets are computed from an instruction's "
@@ -230,10 +376,10 @@ def _producer_body(seq: Seq, tainted: set[str]) -> Seq:
             if stmt.var.name not in tainted:
                 kept.append(stmt)
         elif isinstance(stmt, Seq):
-            kept.extend(_producer_body(stmt, tainted).body)
+            kept.extend(_producer_body(stmt, tainted, converted).body)
         elif isinstance(stmt, For):
-            body = _producer_body(stmt.body, tainted)
-            if _issues(body):
+            body = _producer_body(stmt.body, tainted, converted)
+            if _issues(body, converted):
                 if any(_reads(e, tainted) for e in (stmt.start, stmt.stop, stmt.step)):
                     raise _fail(f"the bounds of loop {stmt.var.name} (line "
                                 f"{stmt.loc.line if stmt.loc else '?'}) are computed from "
@@ -241,10 +387,10 @@ def _producer_body(seq: Seq, tainted: set[str]) -> Seq:
                                 "to issue its copies")
                 kept.append(replace(stmt, body=body))
         elif isinstance(stmt, If):
-            then = _producer_body(stmt.then_body, tainted)
+            then = _producer_body(stmt.then_body, tainted, converted)
             other = None if stmt.else_body is None else _producer_body(stmt.else_body,
-                                                                        tainted)
-            if _issues(then) or (other is not None and _issues(other)):
+                                                                        tainted, converted)
+            if _issues(then, converted) or (other is not None and _issues(other, converted)):
                 if _reads(stmt.cond, tainted):
                     raise _fail(f"the condition of the if at line "
                                 f"{stmt.loc.line if stmt.loc else '?'} is computed from "
@@ -254,13 +400,14 @@ def _producer_body(seq: Seq, tainted: set[str]) -> Seq:
     return Seq(body=tuple(kept))
 
 
-def _issues(seq: Seq) -> bool:
-    """Whether `seq` issues a copy or a commit, or assigns a scalar (which later copies
-    may read)."""
+def _issues(seq: Seq, converted: set[int]) -> bool:
+    """Whether `seq` issues a copy or a commit, runs a converting instruction, or
+    assigns a scalar (which later copies may read)."""
     for stmt in seq.body:
-        if isinstance(stmt, (ins.CopyAsync, ins.CopyAsyncCommit, AssignVar)):
+        if isinstance(stmt, (ins.CopyAsync, ins.CopyAsyncCommit, AssignVar)) or \
+                id(stmt) in converted:
             return True
-        if any(_issues(b) for b in _bodies(stmt)):
+        if any(_issues(b, converted) for b in _bodies(stmt)):
             return True
     return False
 
@@ -270,7 +417,8 @@ def accesses(inst: ins.Instruction) -> frozenset[tuple[MemorySpace, str]]:
     "write") for each shared or global tensor it accesses. A TMA copy has none: its
     global reads and shared writes are ordered by barriers and waits, never by a
     `sync` (an asynchronous copy is in flight across one anyway)."""
-    if is_tma(inst) or isinstance(inst, (ins.AllocShared, ins.FreeShared, ins.GlobalView)):
+    if is_tma(inst) or is_release(inst) or \
+            isinstance(inst, (ins.AllocShared, ins.FreeShared, ins.GlobalView)):
         return frozenset()
     found = set()
     for f in fields(inst):
