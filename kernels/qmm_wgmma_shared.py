@@ -32,7 +32,12 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
   keeps the previous k-tile's group in flight across the barrier then; with less room it
   waits, still correct);
-- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`).
+- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`);
+- with `producer=R` a converting producer warpgroup (`tv.producer_warp(registers=R,
+  converts=True)`) converts the weights instead, `stages - 1` k-tiles ahead, its scales
+  read from global memory with the codes; the 8 warps only wait and multiply. Measured
+  1.08-1.23x the time of the tuned kernel on an H100 (one warpgroup converting is the
+  slowest stage; bench/results/qmm_h100_prefill_converting_producer/): not tuned.
 
 Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; against
 the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.93x the
