@@ -22,7 +22,14 @@ tile from a view fixed for the launch.
   its buffer's "empty" barrier (after the ring; arrival count: the `num_warps` warps),
   phase by phase (a count per buffer); then posts and issues as above, and the commit
   arrives. In `body`, a copy is the buffer's release (each warp's lane 0 arrives, once
-  the warp's lanes are all past it) and a commit only counts the group.
+  the warp's lanes are all past it) and a commit only counts the group. A converting
+  producer (a warpgroup, all of whose threads run `producer`, thread 0 the copies) also
+  stores the tiles `dot`s read: each such tile has an "empty" barrier as a copied
+  buffer has, released where `body` keeps the store, and a "full" one (after the
+  "empty" ones; arrival count: the producer's warps), on which each producer warp
+  arrives after its stores and `fence.proxy.async` (`producer_store`), and on which a
+  `dot` reading the tile waits for the store its warps last released
+  (`wait_for_stores`).
 - *Multicast* (`copy_async(..., multicast=True)`, a program with `cluster` n > 1): the
   buffer's "empty" barrier counts the releases of every block of the cluster (n times
   the warps; a warp arrives on each block's, through `mapa`), so a producer issues only
