@@ -1,5 +1,6 @@
 """Rewriting programs: `map_instructions` replaces each instruction (a pass that annotates
-instructions uses it); `map_tensors` replaces every occurrence of tensors (a pass that
+instructions uses it; `map_seq` does so in a statement tree, and may drop some);
+`map_tensors` replaces every occurrence of tensors (a pass that
 changes tensor types, e.g. layout inference, uses it) throughout a program."""
 
 from __future__ import annotations
@@ -35,12 +36,20 @@ def map_instructions(program: Program, fn: Callable[[Instruction], Instruction],
     """The program with every instruction `i` replaced by `fn(i)` (same statement tree),
     in program order; `loop_scope(loop)`, if given, is entered around each loop's body
     (a pass that tracks what holds inside loops uses it)."""
+    return replace(program, body=map_seq(program.body, fn, loop_scope))
+
+
+def map_seq(seq: Seq, fn: Callable[[Instruction], Instruction | None],
+            loop_scope: Callable[[For], AbstractContextManager] | None = None) -> Seq:
+    """`seq` with every instruction `i` replaced by `fn(i)`, or left out where that is
+    None (same statement tree otherwise), in program order; `loop_scope` as for
+    `map_instructions`."""
 
     def stmt(s: Any) -> Any:
         if isinstance(s, Instruction):
             return fn(s)
         if isinstance(s, Seq):
-            return Seq(body=tuple(stmt(x) for x in s.body))
+            return Seq(body=tuple(x for x in map(stmt, s.body) if x is not None))
         if isinstance(s, For):
             with loop_scope(s) if loop_scope is not None else nullcontext():
                 return replace(s, body=stmt(s.body))
@@ -49,7 +58,7 @@ def map_instructions(program: Program, fn: Callable[[Instruction], Instruction],
                            else_body=None if s.else_body is None else stmt(s.else_body))
         return s
 
-    return replace(program, body=stmt(program.body))
+    return stmt(seq)
 
 
 def instructions(seq: Seq) -> list[Instruction]:

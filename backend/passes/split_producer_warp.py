@@ -69,9 +69,9 @@ import numpy as np
 from tilevm.backend.passes.plan_shared_memory import (
     is_tma,
     multicast_refill_bound,
+    producer_buffers,
     shared_plan,
     stored_operands,
-    tma_destinations,
     tma_ring_bound,
 )
 from tilevm.ir import dataflow
@@ -81,7 +81,7 @@ from tilevm.ir.expr import Expr, free_vars
 from tilevm.ir.instructions import lowering
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
-from tilevm.ir.transform import instructions
+from tilevm.ir.transform import instructions, map_seq
 from tilevm.ir.types import MemorySpace, Tensor
 
 # What the producer warp runs of the program: the copies and what addresses them.
@@ -110,7 +110,7 @@ RELEASE = lowering("release")  # a store's form in the other warps: the tile's r
 
 def is_release(inst: ins.Instruction) -> bool:
     """Whether `inst` is a `store_shared` the converting producer runs, left in the
-    other warps' body as the release of its tile (`lowering.tma.emit_release`)."""
+    other warps' body as the release of its tile (`lowering.tma.emit_tma_release`)."""
     return isinstance(inst, ins.StoreShared) and inst.lowering == RELEASE
 
 
@@ -147,16 +147,16 @@ def _converted(program: Program) -> set[int]:
         if not isinstance(inst, ins.StoreShared) and \
                 not isinstance(inst, CONVERTING_INSTRUCTIONS):
             raise _fail(f"the converting producer would run this {inst.opname} to compute a "
-                        "stored tile; it runs global loads, casts, views and elementwise "
-                        "arithmetic only", inst)
+                        "stored tile; it runs global loads, casts, views, full, where, "
+                        "elementwise arithmetic and assigns only", inst)
         chosen[id(inst)] = inst
         for t in _inputs(inst):
             if t.space is MemorySpace.REGISTER:
                 work += defining.get(t.name, [])
     threads = 32 * program.producer_warps
     for inst in chosen.values():
-        out = inst.dst if isinstance(inst, ins.Assign) else getattr(inst, "out", None)
-        if isinstance(out, Tensor) and not _held_by_first(out.layout, threads):
+        out = _defined(inst)
+        if out is not None and not _held_by_first(out.layout, threads):
             raise _fail(f"the converting producer runs this {inst.opname} as the program's "
                         f"first {threads} threads do: lay %{out.name} out over those "
                         f"(replicated over the others), not {out.layout}", inst)
@@ -167,17 +167,6 @@ def _converted(program: Program) -> set[int]:
             if used is not None:
                 raise _fail(f"%{used} is computed for a tile the converting producer stores, "
                             "and this instruction of the other warps reads it too", inst)
-    plan = shared_plan(program)
-    for name in stored:
-        mine = plan.allocations[name]
-        for other in plan.allocations.values():
-            if other.name != name and other.offset < mine.offset + mine.size \
-                    and mine.offset < other.offset + other.size:
-                alloc = next(i for i in everything
-                             if isinstance(i, ins.AllocShared) and i.out.name == other.name)
-                raise _fail(f"%{other.name} reuses bytes of %{name}, which the converting "
-                            "producer stores into (keep it allocated for the whole "
-                            "kernel)", alloc)
     return set(chosen)
 
 
@@ -188,10 +177,16 @@ def _held_by_first(layout, threads: int) -> bool:
     return bool((table == table[np.arange(len(table)) % threads]).all())
 
 
-def _defines(inst: ins.Instruction) -> list[str]:
-    """The register tiles `inst` writes: its `out`, or an `assign`'s `dst`."""
+def _defined(inst: ins.Instruction) -> Tensor | None:
+    """The tile `inst` writes in registers: its `out`, or an `assign`'s `dst`."""
     out = inst.dst if isinstance(inst, ins.Assign) else getattr(inst, "out", None)
-    return [out.name] if isinstance(out, Tensor) else []
+    return out if isinstance(out, Tensor) else None
+
+
+def _defines(inst: ins.Instruction) -> list[str]:
+    """The name of `_defined(inst)`, if any."""
+    out = _defined(inst)
+    return [] if out is None else [out.name]
 
 
 def _inputs(inst: ins.Instruction) -> list[Tensor]:
@@ -205,24 +200,15 @@ def _inputs(inst: ins.Instruction) -> list[Tensor]:
 
 def _released(seq: Seq, converted: set[int]) -> Seq:
     """`seq` for the other warps: the instructions that compute the stored tiles go, and
-    each store into one stays as its release (`RELEASE`)."""
-    out: list[Stmt] = []
-    for stmt in seq.body:
-        if isinstance(stmt, ins.Instruction) and id(stmt) in converted:
-            if isinstance(stmt, ins.StoreShared):  # (what it stored is the producer's:
-                # the release names its tile in both fields, so the body reads back)
-                out.append(replace(stmt, src=stmt.dst, lowering=RELEASE))
-            continue
-        if isinstance(stmt, Seq):
-            stmt = _released(stmt, converted)
-        elif isinstance(stmt, For):
-            stmt = replace(stmt, body=_released(stmt.body, converted))
-        elif isinstance(stmt, If):
-            stmt = replace(stmt, then_body=_released(stmt.then_body, converted),
-                           else_body=None if stmt.else_body is None
-                           else _released(stmt.else_body, converted))
-        out.append(stmt)
-    return Seq(body=tuple(out))
+    each store into one stays as its release (`RELEASE`; what it stored is the
+    producer's: the release names its tile in both fields, so the body reads back)."""
+    def keep(inst: ins.Instruction) -> ins.Instruction | None:
+        if id(inst) not in converted:
+            return inst
+        if isinstance(inst, ins.StoreShared):
+            return replace(inst, src=inst.dst, lowering=RELEASE)
+        return None
+    return map_seq(seq, keep)
 
 
 def _fail(message: str, inst: ins.Instruction | None = None) -> VMError:
@@ -247,19 +233,23 @@ def _check_copies(program: Program) -> None:
                     "apart (the ring of barriers those copies complete on has at most 8)")
     plan = shared_plan(program)
     after = _allocated_after_the_copies(program.body)
-    for name in tma_destinations(program):
+    stored = stored_operands(program)
+    for name in producer_buffers(program):
         mine = plan.allocations[name]
         for other in plan.allocations.values():
             if other.name != name and other.offset < mine.offset + mine.size \
                     and mine.offset < other.offset + other.size:
                 alloc = next(i for i in instructions(program.body)
                              if isinstance(i, ins.AllocShared) and i.out.name == other.name)
-                if id(alloc) in after:
+                # (after the last copy; a converting producer may store a tile past
+                # the last that a dot reads, so its tiles keep their bytes throughout)
+                if id(alloc) in after and name not in stored:
                     continue
-                raise _fail(f"%{other.name} reuses bytes of %{name}, which TMA copies "
-                            "write: the producer warp's barriers order a buffer's own "
-                            f"uses only (keep %{name} allocated for the whole kernel)",
-                            alloc)
+                writer = "the converting producer stores" if name in stored else \
+                    "TMA copies write"
+                raise _fail(f"%{other.name} reuses bytes of %{name}, which {writer}: "
+                            "the producer warp's barriers order a buffer's own uses only "
+                            f"(keep %{name} allocated for the whole kernel)", alloc)
 
     def group_has_copies(inst: ins.Instruction, copied: bool) -> bool:
         if isinstance(inst, ins.CopyAsyncCommit):
@@ -470,21 +460,5 @@ def _without_copy_syncs(body: Seq) -> Seq:
             break
         dropped.add(spare)
     needed = set(before)
-
-    def strip(seq: Seq) -> Seq:
-        out: list[Stmt] = []
-        for stmt in seq.body:
-            if isinstance(stmt, ins.Sync) and id(stmt) not in needed:
-                continue
-            if isinstance(stmt, Seq):
-                stmt = strip(stmt)
-            elif isinstance(stmt, For):
-                stmt = replace(stmt, body=strip(stmt.body))
-            elif isinstance(stmt, If):
-                stmt = replace(stmt, then_body=strip(stmt.then_body),
-                               else_body=None if stmt.else_body is None
-                               else strip(stmt.else_body))
-            out.append(stmt)
-        return Seq(body=tuple(out))
-
-    return strip(body)
+    return map_seq(body, lambda i: None if isinstance(i, ins.Sync) and id(i) not in needed
+                   else i)
