@@ -1,0 +1,67 @@
+"""Decode schedule sweep of the streaming kernel beyond the tuning candidates.
+
+    python3 sweep.py OUT.jsonl SHAPES DTYPES MS
+
+Per (layer, type, M): every schedule of the grid below that fits, timed with the
+write flush (median of >= 50 runs); `us` per schedule, and `close`: whether each
+output is within 1e-2 (relative to its largest value) of the first schedule's.
+"""
+
+import itertools
+import json
+import sys
+
+import torch
+
+from tilevm.bench.qmm import SHAPES, Timer
+from tilevm.dtypes import parse
+from tilevm.kernels.matmul import _launch
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.weights import quantize
+
+
+def grid(M: int) -> list[Schedule]:
+    found = []
+    swaps, warp_counts, splits = ((True,), (2, 4, 8), (1, 2, 4, 8, 16)) if M <= 8 else \
+        ((True, False), (2, 4), (1, 2, 4, 8))
+    for swap, bk, warps, split, (prefetch, unroll) in itertools.product(
+            swaps, (32, 64), warp_counts, splits, ((1, 1), (1, 2), (3, 2))):
+        bm = (8 if M <= 8 else 16) if swap else 16
+        found.append(Schedule(bm, bk, warps, split, prefetch=prefetch, unroll=unroll,
+                              swap_ab=swap))
+    return found
+
+
+def main() -> None:
+    out, shapes, dtypes, ms = sys.argv[1:5]
+    timer = Timer(min_reps=50)
+    with open(out, "a") as f:
+        for shape in shapes.split(","):
+            N, K = SHAPES[shape]
+            torch.manual_seed(0)
+            w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+            for name in dtypes.split(","):
+                qw = quantize(w, parse(name), 128, format="fragments")
+                for M in map(int, ms.split(",")):
+                    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+                    us, close, first = {}, {}, None
+                    for s in (s for s in grid(M) if s.fits(K, 128)):
+                        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+                        _launch(x, qw, y, s)
+                        torch.cuda.synchronize()
+                        first = y.clone() if first is None else first
+                        scale = float(first.abs().max())
+                        close[str(s)] = float((y - first).abs().max()) <= 1e-2 * scale
+                        run = lambda s=s, y=y, x=x, qw=qw: _launch(x, qw, y, s)  # noqa: E731
+                        us[str(s)] = round(timer(run)[0] * 1e6, 2)
+                    best = sorted(us, key=us.get)[:3]
+                    row = {"shape": shape, "dtype": name, "M": M, "best": best,
+                           "best_us": [us[b] for b in best], "us": us, "close": close}
+                    print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best",
+                                                          "best_us")}),
+                          "all close" if all(close.values()) else "MISMATCH", flush=True)
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
