@@ -27,7 +27,8 @@ from tilevm.vm import lang as tv
 k = load_module(Path(__file__).resolve().parent / "kernels" / "wgmma_kernels.py")
 
 VARIANTS = [dict(), dict(bm=128), dict(bm=128, num_warps=8), dict(bk=32),
-            dict(through_shared=True), dict(bk=16, bn=128), dict(bn=256, bm=64)]
+            dict(through_shared=True), dict(bk=16, bn=128), dict(bn=256, bm=64),
+            dict(bn=256, bm=256, num_warps=16), dict(bn=136, bm=256, num_warps=16)]
 
 
 def _args(M: int, N: int, K: int, seed: int = 0) -> tuple:
@@ -57,7 +58,7 @@ def test_a_ring_of_tiles_matches_numpy_in_the_interpreter(kw):
 
 
 SHARED_A = [dict(), dict(bm=128), dict(bm=128, num_warps=8), dict(bk=32, bn=256),
-            dict(bm=256, num_warps=8, bn=128)]
+            dict(bm=256, num_warps=8, bn=128), dict(bm=256, num_warps=16, bn=256)]
 
 
 @pytest.mark.parametrize("kw", SHARED_A[:3])
@@ -288,6 +289,23 @@ def test_the_quantized_kernel_converts_a_k_tile_while_the_previous_one_multiplie
     report = check_ptx(ptx, "sm_90a")
     assert "C7513" not in report.log and "C7515" not in report.log
     assert report[qmm.name].spill_bytes == 0
+
+
+@pytest.mark.parametrize("name", ["shared_b_matmul", "shared_ab_matmul"])
+@pytest.mark.parametrize("bn, num_warps, widths", [(256, 4, [256]), (256, 16, [128, 128]),
+                                                   (136, 16, [128, 8])])
+def test_a_block_of_512_threads_cuts_wide_wgmmas_in_two(name, bn, num_warps, widths):
+    """16 warps start with 128 registers a thread, under the 154 ptxas asks for an
+    m64n256 wgmma (C7602, a fatal error): each row's tile is then one wgmma of the first
+    128 columns and one of the rest, and ptxas compiles it (the GPU cases check the
+    second one's descriptor: `test_gpu_matches_numpy`)."""
+    program = getattr(k, name).specialize(bn=bn, bm=64 * num_warps // 4, num_warps=num_warps)
+    ptx = compile_program(program, "sm_90a").ptx
+    assert sorted(set(re.findall(r"m64n(\d+)k16", ptx)), key=int) == \
+        [str(w) for w in sorted(set(widths))]
+    # one 64-row tile a warpgroup, 4 k-steps of 16 (bk = 64), each cut in len(widths)
+    assert len(re.findall(r"wgmma\.mma_async", ptx)) == 4 * len(widths)
+    assert program.name in check_ptx(ptx, "sm_90a").kernels
 
 
 def test_a_shared_b_the_tensor_cores_cannot_read_is_reported():

@@ -35,7 +35,12 @@ rows differ between warpgroups and are selected by the warpgroup index at run ti
 
 Order, per `dot`: `wgmma.fence` (the accumulator and A registers are passed through it,
 so their definitions precede it), the `wgmma`s (each k-step of each row; the group's
-`rows x K/16` instructions), `wgmma.commit_group`. The `dot` does not wait for them:
+`rows x K/16` instructions), `wgmma.commit_group`. A block of more than 384 threads
+starts with fewer registers a thread than ptxas asks for an m64n256 wgmma (C7602: a
+register target of about 154), so there each m64n256 tile is cut into two m64n128
+wgmmas (`instruction_columns`): the same A operand, the first and second halves of the
+warp's C fragments of the row, and b's descriptor advanced by 128 columns (`128 R`
+bytes, a whole number of the swizzle's 8-column groups). The `dot` does not wait for them:
 they run while the warps go on (converting the next k-tile's weights), and
 `wgmma.wait_group n` is emitted (`InFlight`) only where the program needs their
 results or their operands back: before an instruction reads a tensor that may hold
@@ -194,7 +199,6 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     # The fence takes every register the wgmmas read, so their writes come before it.
     pinned = _pass_through(cg, "wgmma.fence.sync.aligned;", [*a_words, *acc])
     a_words, acc = pinned[:len(a_words)], pinned[len(a_words):]
-    regs = n // 2  # f32 accumulators per thread of one m64nN tile
     scale_d = cg.wgmma.scale_d(cg, c)  # 0 while c is a zero tile (see InFlight)
     one = ir.Constant(I32, 1)  # (a row's later k-steps add to its first)
     if shared_a:  # each wgmma: its warpgroup's 64 rows of a, from the descriptor
@@ -204,20 +208,37 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
         row_bytes = k * elem
         plan = [(base, [_descriptor(cg, bld.add(a_start, bld.mul(row, ir.Constant(
             I32, row_bytes))), a_upper)] * k_steps) for base, row in rows]
+    # (first column, width) of each wgmma of a row; b's descriptor of each
+    parts = instruction_columns(cg.program, n)
+    b_descriptors = [b_descriptor] + [
+        _descriptor(cg, bld.add(_tile_start(cg, b), ir.Constant(I32, first * k * elem)),
+                    b_upper) for first, _ in parts[1:]]
     for base, steps in plan:
-        d = acc[4 * base:4 * base + regs]
-        for kk, step in enumerate(steps):
-            a_operand = [step] if shared_a else a_words[4 * step:4 * step + 4]
-            mma = _wgmma_asm(n, dtype.name, regs, shared_a, kk)
-            res = bld.call(mma, [*a_operand, b_descriptor,
-                                 scale_d if kk == 0 else one, *d])
-            d = [bld.extract_value(res, i) for i in range(regs)]
-        acc[4 * base:4 * base + regs] = d
+        for (first, width), descriptor in zip(parts, b_descriptors, strict=True):
+            at = 4 * base + first // 2  # (a thread holds 4 accumulators per 8 columns)
+            d = acc[at:at + width // 2]
+            for kk, step in enumerate(steps):
+                a_operand = [step] if shared_a else a_words[4 * step:4 * step + 4]
+                mma = _wgmma_asm(width, dtype.name, width // 2, shared_a, kk)
+                res = bld.call(mma, [*a_operand, descriptor,
+                                     scale_d if kk == 0 else one, *d])
+                d = [bld.extract_value(res, i) for i in range(width // 2)]
+            acc[at:at + width // 2] = d
     _pass_through(cg, "wgmma.commit_group.sync.aligned;", [])
     keep = cg.wgmma.waits.keep_after.get(id(inst))
     if keep is not None:  # (older groups retired: see wgmma_waits.IN_FLIGHT_AFTER_DOT)
         _pass_through(cg, _wait(keep), [])
     cg.define(out, acc)  # in flight until `InFlight` waits (out is f32, as c)
+
+
+def instruction_columns(program: Program, n: int) -> list[tuple[int, int]]:
+    """(first column, N) of each wgmma a dot's m64nN tile is cut into: one, or where
+    ptxas refuses N > 128 for the block's registers at entry (C7602: it wants a register
+    target of about 154 for N = 256, which a block of more than 384 threads does not
+    have) the first 128 columns and the rest."""
+    if n > 128 and program.entry_registers < 154:
+        return [(0, 128), (128, n - 128)]
+    return [(0, n)]
 
 
 def _tile_start(cg: KernelCodegen, t: Tensor) -> ir.Value:
