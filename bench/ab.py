@@ -1,6 +1,11 @@
 """Same-process A/B timing of prefill kernel variants, for experiments (the archived
 scripts under bench/results/ call it).
 
+`shared_weights_ab` serves the scripts that vary the shared-weights kernel
+(`kernels.qmm_wgmma_shared`) against its tuned tiling: it first compares each variant
+bitwise with the first ("base") on four ragged shapes (a variant that differs is
+reported and not timed), then times every variant and cuBLAS f16 round by round.
+
 `time_variants` takes the variants as a function of the weight type (label -> a
 specialized program of a prefill kernel: `kernels.qmm_wgmma` or
 `kernels.qmm_wgmma_shared`, whose parameters are `x, w, scales, zeros, y, M, N, K`).
@@ -74,6 +79,83 @@ def time_variants(variants: Callable[[DataType], dict[str, Any]], out: str | Pat
                 f.write(json.dumps(row) + "\n")
                 rows.append(row)
     return rows
+
+
+RAGGED = ((4000, 4000, 1152), (300, 200, 384), (2000, 6016, 4224), (256, 1000, 128))
+
+
+def shared_weights_ab(tuned: dict[str, Any], variants: dict[str, dict[str, Any]], out: str,
+                      shapes: Iterable[str], dtypes: Iterable[str], rounds: int, *,
+                      before: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """The shared-weights kernel with constants `tuned | kw` for each `variants` label
+    (`before(kw)` runs before each is compiled: e.g. to set what a patch reads), checked
+    bitwise against the first on `RAGGED` and timed at M = 4096 (f16, group 128, L2 read
+    flush, >= 50 runs) beside cuBLAS, `rounds` times; rows `{"round", "shape", "dtype",
+    "us", "sums"}` appended to `out` (`us["cublas"]` too)."""
+    import torch
+
+    from tilevm.backend.launch import compiled_kernel
+    from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
+    from tilevm.kernels.weights import quantize
+
+    def run(kern, x, qw, M, N, K):
+        y = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        kern(x, qw.packed, qw.scales, qw.scales, y, M, N, K)
+        torch.cuda.synchronize()
+        return y
+
+    kernels: dict[str, dict[str, Any]] = {}
+    for name in dtypes:
+        wdtype = parse(name)
+        found = kernels[name] = {}
+        for label, kw in variants.items():
+            if before is not None:
+                before(kw)
+            kern = compiled_kernel(qmm_wgmma_shared_kernel("f16").specialize(
+                wdtype=wdtype, **tuned, **kw))
+            print(name, label, "registers", kern.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                  "local", kern.attribute("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"), flush=True)
+            found[label] = kern
+        base_label = next(iter(found))
+        for M, N, K in RAGGED:
+            torch.manual_seed(1)
+            x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+            qw = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), wdtype, 128,
+                          format="fragments")
+            base = run(found[base_label], x, qw, M, N, K)
+            for label in [v for v in found if v != base_label]:
+                same = bool(torch.equal(run(found[label], x, qw, M, N, K), base))
+                print(f"check {name} {M}x{N}x{K} {label}: "
+                      f"{'bitwise equal' if same else 'DIFFERS'}", flush=True)
+                if not same:
+                    del found[label]
+    timer = Timer(min_reps=50, l2_flush="read")
+    with open(out, "a") as f:
+        for rnd in range(rounds):
+            for shape in shapes:
+                N, K = SHAPES[shape]
+                M = 4096
+                torch.manual_seed(0)
+                x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+                w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+                for name in dtypes:
+                    qw = quantize(w, parse(name), 128, format="fragments")
+                    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+                    args = (x, qw.packed, qw.scales, qw.scales, y, M, N, K)
+                    us, sums = {}, {}
+                    for label, kern in kernels[name].items():
+                        y.zero_()
+                        kern(*args)
+                        torch.cuda.synchronize()
+                        sums[label] = float(y.double().sum())
+                        us[label] = round(timer(lambda k=kern, a=args: k(*a))[0] * 1e6, 1)
+                    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+                    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+                    us["cublas"] = round(timer(lambda a=a, b=b: a @ b)[0] * 1e6, 1)
+                    row = {"round": rnd, "shape": shape, "dtype": name, "us": us,
+                           "sums": sums}
+                    print(json.dumps(row), flush=True)
+                    f.write(json.dumps(row) + "\n")
 
 
 def variant_key(row: Row, label: str) -> str:
