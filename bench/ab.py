@@ -45,9 +45,10 @@ _FIELDS = ("shape", "dtype", "us", "sums")
 def time_variants(variants: Callable[[DataType], dict[str, Any]], out: str | Path,
                   shapes: Iterable[str], dtypes: Iterable[str], *, M: int = 4096,
                   group_size: int = 128, tag: dict[str, Any] | None = None,
-                  min_reps: int = 30) -> list[Row]:
+                  min_reps: int = 30, cublas: bool = False) -> list[Row]:
     """Time `variants(wdtype)` on each layer of `shapes` (names of `qmm.SHAPES`) for each
-    of `dtypes` at M rows of f16 activations; append the rows to `out` and return them."""
+    of `dtypes` at M rows of f16 activations (with `cublas`, `us["cublas"]`: an f16
+    matmul of the same shape); append the rows to `out` and return them."""
     import torch
 
     from tilevm.backend.launch import compiled_kernel
@@ -74,6 +75,10 @@ def time_variants(variants: Callable[[DataType], dict[str, Any]], out: str | Pat
                     torch.cuda.synchronize()
                     sums[label] = float(y.double().sum())
                     us[label] = round(timer(lambda k=kernel, a=args: k(*a))[0] * 1e6, 1)
+                if cublas:
+                    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+                    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+                    us["cublas"] = round(timer(lambda a=a, b=b: a @ b)[0] * 1e6, 1)
                 row = {**(tag or {}), "shape": shape, "dtype": name, "us": us, "sums": sums}
                 print(json.dumps(row), flush=True)
                 f.write(json.dumps(row) + "\n")
@@ -88,10 +93,9 @@ def shared_weights_ab(tuned: dict[str, Any], variants: dict[str, dict[str, Any]]
                       shapes: Iterable[str], dtypes: Iterable[str], rounds: int, *,
                       before: Callable[[dict[str, Any]], None] | None = None) -> None:
     """The shared-weights kernel with constants `tuned | kw` for each `variants` label
-    (`before(kw)` runs before each is compiled: e.g. to set what a patch reads), checked
-    bitwise against the first on `RAGGED` and timed at M = 4096 (f16, group 128, L2 read
-    flush, >= 50 runs) beside cuBLAS, `rounds` times; rows `{"round", "shape", "dtype",
-    "us", "sums"}` appended to `out` (`us["cublas"]` too)."""
+    (`before(kw)` runs before each is specialized: e.g. to set what a patch reads),
+    checked bitwise against the first on `RAGGED`, then `time_variants` `rounds` times
+    (M = 4096, >= 50 runs, beside cuBLAS; rows tagged with their `round`)."""
     import torch
 
     from tilevm.backend.launch import compiled_kernel
@@ -104,58 +108,35 @@ def shared_weights_ab(tuned: dict[str, Any], variants: dict[str, dict[str, Any]]
         torch.cuda.synchronize()
         return y
 
-    kernels: dict[str, dict[str, Any]] = {}
+    programs: dict[str, dict[str, Any]] = {}
     for name in dtypes:
         wdtype = parse(name)
-        found = kernels[name] = {}
+        found = programs[name] = {}
         for label, kw in variants.items():
             if before is not None:
                 before(kw)
-            kern = compiled_kernel(qmm_wgmma_shared_kernel("f16").specialize(
-                wdtype=wdtype, **tuned, **kw))
+            found[label] = qmm_wgmma_shared_kernel("f16").specialize(wdtype=wdtype, **tuned,
+                                                                     **kw)
+            kern = compiled_kernel(found[label])
             print(name, label, "registers", kern.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
                   "local", kern.attribute("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"), flush=True)
-            found[label] = kern
         base_label = next(iter(found))
         for M, N, K in RAGGED:
             torch.manual_seed(1)
             x = torch.randn(M, K, device="cuda", dtype=torch.float16)
             qw = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), wdtype, 128,
                           format="fragments")
-            base = run(found[base_label], x, qw, M, N, K)
+            base = run(compiled_kernel(found[base_label]), x, qw, M, N, K)
             for label in [v for v in found if v != base_label]:
-                same = bool(torch.equal(run(found[label], x, qw, M, N, K), base))
+                same = bool(torch.equal(run(compiled_kernel(found[label]), x, qw, M, N, K),
+                                        base))
                 print(f"check {name} {M}x{N}x{K} {label}: "
                       f"{'bitwise equal' if same else 'DIFFERS'}", flush=True)
                 if not same:
                     del found[label]
-    timer = Timer(min_reps=50, l2_flush="read")
-    with open(out, "a") as f:
-        for rnd in range(rounds):
-            for shape in shapes:
-                N, K = SHAPES[shape]
-                M = 4096
-                torch.manual_seed(0)
-                x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-                w = torch.randn(K, N, device="cuda", dtype=torch.float16)
-                for name in dtypes:
-                    qw = quantize(w, parse(name), 128, format="fragments")
-                    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-                    args = (x, qw.packed, qw.scales, qw.scales, y, M, N, K)
-                    us, sums = {}, {}
-                    for label, kern in kernels[name].items():
-                        y.zero_()
-                        kern(*args)
-                        torch.cuda.synchronize()
-                        sums[label] = float(y.double().sum())
-                        us[label] = round(timer(lambda k=kern, a=args: k(*a))[0] * 1e6, 1)
-                    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-                    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-                    us["cublas"] = round(timer(lambda a=a, b=b: a @ b)[0] * 1e6, 1)
-                    row = {"round": rnd, "shape": shape, "dtype": name, "us": us,
-                           "sums": sums}
-                    print(json.dumps(row), flush=True)
-                    f.write(json.dumps(row) + "\n")
+    for rnd in range(rounds):
+        time_variants(lambda wdtype: programs[wdtype.name], out, shapes, dtypes,
+                      tag={"round": rnd}, min_reps=50, cublas=True)
 
 
 def variant_key(row: Row, label: str) -> str:

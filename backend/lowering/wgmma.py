@@ -185,7 +185,8 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     elem = dtype.bits // 8
     bld = cg.b
     b_upper = _descriptor_bits(cg, allocation(cg, b)[1], k, n, elem)
-    b_descriptor = _descriptor(cg, _tile_start(cg, b), b_upper)
+    b_start = _tile_start(cg, b)
+    b_descriptor = _descriptor(cg, b_start, b_upper)
     shared_a = a.space is MemorySpace.SHARED
     if shared_a:
         rows = _shared_a_rows(cg, xc, n_frags)
@@ -211,8 +212,8 @@ def lower_wgmma_dot(cg: KernelCodegen, inst: ins.Dot) -> None:
     # (first column, width) of each wgmma of a row; b's descriptor of each
     parts = instruction_columns(cg.program, n)
     b_descriptors = [b_descriptor] + [
-        _descriptor(cg, bld.add(_tile_start(cg, b), ir.Constant(I32, first * k * elem)),
-                    b_upper) for first, _ in parts[1:]]
+        _descriptor(cg, bld.add(b_start, ir.Constant(I32, first * k * elem)), b_upper)
+        for first, _ in parts[1:]]
     for base, steps in plan:
         for (first, width), descriptor in zip(parts, b_descriptors, strict=True):
             at = 4 * base + first // 2  # (a thread holds 4 accumulators per 8 columns)
