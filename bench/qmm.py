@@ -23,7 +23,12 @@ cuBLAS fp16/bf16 (`torch.matmul`) and, where it imports, the Triton low-bit matm
   type, and fraction of its roofline `t_roof = max(bytes / copy_bw, flops / peak)`
   with `bytes = N*K*b/8 + (N*K/g)*scale_bytes + 2*M*K + 2*M*N`, `flops = 2*M*N*K`;
 - compile time of each tilevm variant is reported cold (fresh kernel cache) and cached
-  (a fresh specialization served from the on-disk cache), separately from the timings.
+  (a fresh specialization served from the on-disk cache), separately from the timings;
+- with `--read-floor`, each memory-bound cell also gets the read floor of its bytes
+  (`bench.read_floor`: a kernel that only reads that many bytes, timed the same way):
+  `floor_fraction = t_floor / t` (how close the kernel is to reading its bytes and
+  nothing else) and `attainable_roofline = t_roof / t_floor` (the roofline fraction of
+  that read-only kernel: what the timer and flush leave reachable).
 
 The tilevm kernel is reached through one adapter, `tilevm_matmul_factory`: it uses
 `tilevm.kernels.quantize`/`quantized_matmul` where that package provides them, else the
@@ -148,6 +153,7 @@ class Options:
     preset: str = "default"
     gemlite_dtypes: list[str] = field(default_factory=lambda: ["int4"])
     l2_flush: str = "write"
+    read_floor: bool = False
 
 
 def _split(text: str) -> list[str]:
@@ -239,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how L2 is emptied before each timed run: write (default) "
                              "zeroes a 256 MB buffer, as triton.testing.do_bench does; read "
                              "sums one, which leaves L2 clean (see Timer)")
+    parser.add_argument("--read-floor", action="store_true",
+                        help="also time a kernel that only reads each memory-bound cell's "
+                             "bytes, and report the fraction of it each kernel reaches "
+                             "(see bench/read_floor.py)")
     parser.add_argument("--install-wheels", action="store_true",
                         help="pip install --no-deps --no-index the wheels in bench/wheels "
                              "(gemlite) before the run")
@@ -274,7 +284,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                    backends=backends, group_size=args.group_size, budget_s=max(budget, 0.0),
                    min_reps=args.min_reps, seed=args.seed,
                    install_wheels=args.install_wheels, preset=name,
-                   gemlite_dtypes=gemlite_dtypes, l2_flush=args.l2_flush)
+                   gemlite_dtypes=gemlite_dtypes, l2_flush=args.l2_flush,
+                   read_floor=args.read_floor)
 
 
 # ---- the roofline (pure) ---------------------------------------------------------------------
@@ -423,7 +434,9 @@ MD_COLUMNS = [("backend", "backend", "s"), ("shape", "shape", "s"), ("N", "N", "
               ("us", "us", ".1f"), ("TB/s", "tbps", ".2f"), ("TFLOP/s", "tflops", ".1f"),
               ("x cuBLAS f16", "speedup_vs_cublas_f16", ".2f"),
               ("x cuBLAS bf16", "speedup_vs_cublas_bf16", ".2f"),
-              ("roofline", "roofline_fraction", ".1%"), ("note", "reason", "s")]
+              ("roofline", "roofline_fraction", ".1%"),
+              ("of read floor", "floor_fraction", ".1%"),
+              ("floor's roofline", "attainable_roofline", ".1%"), ("note", "reason", "s")]
 
 
 def format_markdown(report: dict) -> str:
@@ -1037,6 +1050,15 @@ def finish_row(row: dict, ceilings: dict, cublas_times: dict) -> dict:
     return row
 
 
+def add_read_floor(row: dict, floor_seconds: float) -> dict:
+    """Add the read floor of a finished row's bytes (`bench.read_floor`): its time, the
+    fraction of it the kernel reaches and the roofline fraction the floor itself reaches
+    (`t_roof / t_floor`: above it no kernel reading these bytes was measured)."""
+    row.update(floor_us=floor_seconds * 1e6, floor_fraction=floor_seconds / row["seconds"],
+               attainable_roofline=row["t_roof_us"] / (floor_seconds * 1e6))
+    return row
+
+
 # ---- the run --------------------------------------------------------------------------------
 
 def environment() -> dict[str, Any]:
@@ -1177,9 +1199,32 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
             log(_progress(i, len(configs), row, time.perf_counter() - start))
     for row in rows:
         finish_row(row, ceilings, cublas_times)
+    if options.read_floor:
+        measure_read_floors(rows, timer, report, log)
     report["results"] = rows
     report["elapsed_s"] = time.perf_counter() - start
     return report
+
+
+def measure_read_floors(rows: list[dict], timer: Timer, report: dict,
+                        log: Callable[[str], None]) -> None:
+    """`add_read_floor` to every timed memory-bound row, one floor per byte count."""
+    from tilevm.bench.read_floor import read_floor_seconds
+
+    floors: dict[int, dict] = {}
+    for row in rows:
+        if row.get("seconds") is None or row.get("bound") != "memory":
+            continue
+        nbytes = int(row["bytes"])
+        if nbytes not in floors:
+            floors[nbytes] = read_floor_seconds(timer, nbytes)
+            log(f"read floor of {nbytes / 1e6:.1f} MB: "
+                f"{floors[nbytes]['seconds'] * 1e6:.1f} us")
+        add_read_floor(row, floors[nbytes]["seconds"])
+    report["read_floor"] = {
+        "method": "bench/read_floor.py: stream_read (256 threads, 16-byte loads, 4 in "
+                  "flight a thread), the fastest of its chunk sizes, timed by this run's "
+                  "timer", "floors": [{"bytes": b, **f} for b, f in floors.items()]}
 
 
 def _progress(i: int, n: int, row: dict, elapsed: float) -> str:

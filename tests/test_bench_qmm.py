@@ -82,6 +82,23 @@ def test_finish_row_adds_speedups_over_cublas_of_the_same_shape_and_activation()
     assert qmm.finish_row(dict(untimed), ceilings, cublas) == untimed
 
 
+def test_read_floor_metrics_compare_the_kernel_and_the_roofline_with_the_floor():
+    ceilings = {"copy_bw_bytes_per_s": 3.0e12, "cublas_f16_tflops": 680.0}
+    row = {"backend": "tilevm", "shape": "8b.qkv", "N": 12288, "K": 4096, "M": 1,
+           "wdtype": "int4", "act": "f16", "group_size": 128, "bits": 4, "seconds": 16e-6}
+    qmm.finish_row(row, ceilings, {})
+    qmm.add_read_floor(row, 12e-6)
+    assert row["floor_us"] == pytest.approx(12.0)
+    assert row["floor_fraction"] == pytest.approx(12 / 16)
+    # a kernel that only read the 25.985 MB took 12 us: 8.66 us of roofline over it
+    assert row["attainable_roofline"] == pytest.approx(25_985_024 / 3.0e12 / 12e-6)
+
+
+def test_the_read_floor_is_opt_in():
+    assert qmm.parse_options(["out"]).read_floor is False
+    assert qmm.parse_options(["out", "--read-floor"]).read_floor is True
+
+
 # ---- options and plan ----------------------------------------------------------------------
 
 def test_default_preset_is_the_8b_layers_and_ragged_n_in_f16_under_a_budget():
