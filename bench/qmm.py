@@ -1222,9 +1222,9 @@ def measure_read_floors(rows: list[dict], timer: Timer, report: dict,
                 f"{floors[nbytes]['seconds'] * 1e6:.1f} us")
         add_read_floor(row, floors[nbytes]["seconds"])
     report["read_floor"] = {
-        "method": "bench/read_floor.py: stream_read (256 threads, 16-byte loads, 4 in "
-                  "flight a thread), the fastest of its chunk sizes, timed by this run's "
-                  "timer", "floors": [{"bytes": b, **f} for b, f in floors.items()]}
+        "method": "bench/read_floor.py: stream_read (256 threads, 16-byte loads), the "
+                  "fastest of its chunk sizes and loads in flight (CONFIGS), timed by this "
+                  "run's timer", "floors": [{"bytes": b, **f} for b, f in floors.items()]}
 
 
 def _progress(i: int, n: int, row: dict, elapsed: float) -> str:

@@ -50,16 +50,18 @@ def test_on_the_gpu_it_matches_numpy_and_the_floor_is_timed():
     from tilevm.backend.launch import compiled_kernel
     from tilevm.bench.qmm import Timer
 
-    n, chunk = 5 * read_floor.CHUNKS[0] - 3, read_floor.CHUNKS[0]
+    chunk, unroll = read_floor.CONFIGS[0]
+    n = 5 * chunk - 3
     rng = np.random.default_rng(0)
     host = rng.integers(-2**31, 2**31, size=n, dtype=np.int64).astype(np.int32)
     want = expected_xor(host, chunk)
     out = torch.zeros(want.size, dtype=torch.int32, device="cuda")
-    compiled_kernel(stream_read.specialize(chunk=chunk))(
+    compiled_kernel(stream_read.specialize(chunk=chunk, unroll=unroll))(
         torch.from_numpy(host).cuda(), out, n, out.numel())
     np.testing.assert_array_equal(out.cpu().numpy(), want)
 
     floor = read_floor.read_floor_seconds(Timer(min_reps=20), 8 << 20)
-    assert floor["chunk"] in read_floor.CHUNKS and floor["bytes"] == 8 << 20
+    assert (floor["chunk"], floor["unroll"]) in read_floor.CONFIGS
+    assert floor["bytes"] == 8 << 20
     # 8 MB: at most 4 TB/s (an H100's DRAM peak is 3.35) and at least 0.1 TB/s
     assert 8e6 / 4e12 < floor["seconds"] < 8e6 / 1e11
