@@ -32,35 +32,49 @@ def grid(M: int) -> list[Schedule]:
     return found
 
 
+def time_grid(timer: Timer, qw, x, N: int, K: int) -> tuple[dict, dict]:
+    """(us, close) per schedule of `grid(M)` that fits: its median time, and whether its
+    output is within 1e-2 (of the largest value) of the first schedule's."""
+    M = x.shape[0]
+    us, close, first = {}, {}, None
+    for s in (s for s in grid(M) if s.fits(K, 128)):
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        _launch(x, qw, y, s)
+        torch.cuda.synchronize()
+        first = y.clone() if first is None else first
+        scale = float(first.abs().max())
+        close[str(s)] = float((y - first).abs().max()) <= 1e-2 * scale
+        run = lambda s=s, y=y: _launch(x, qw, y, s)  # noqa: E731
+        us[str(s)] = round(timer(run)[0] * 1e6, 2)
+    return us, close
+
+
+def cells(shapes: str, dtypes: str, ms: str):
+    """(shape, N, K, type name, quantized weights, M, x) for each cell of the comma lists:
+    the same random weights per layer (seed 0) quantized to each type, f16 x per M."""
+    for shape in shapes.split(","):
+        N, K = SHAPES[shape]
+        torch.manual_seed(0)
+        w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        for name in dtypes.split(","):
+            qw = quantize(w, parse(name), 128, format="fragments")
+            for M in map(int, ms.split(",")):
+                yield shape, N, K, name, qw, M, torch.randn(M, K, device="cuda",
+                                                            dtype=torch.float16)
+
+
 def main() -> None:
     out, shapes, dtypes, ms = sys.argv[1:5]
     timer = Timer(min_reps=50)
     with open(out, "a") as f:
-        for shape in shapes.split(","):
-            N, K = SHAPES[shape]
-            torch.manual_seed(0)
-            w = torch.randn(K, N, device="cuda", dtype=torch.float16)
-            for name in dtypes.split(","):
-                qw = quantize(w, parse(name), 128, format="fragments")
-                for M in map(int, ms.split(",")):
-                    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-                    us, close, first = {}, {}, None
-                    for s in (s for s in grid(M) if s.fits(K, 128)):
-                        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-                        _launch(x, qw, y, s)
-                        torch.cuda.synchronize()
-                        first = y.clone() if first is None else first
-                        scale = float(first.abs().max())
-                        close[str(s)] = float((y - first).abs().max()) <= 1e-2 * scale
-                        run = lambda s=s, y=y, x=x, qw=qw: _launch(x, qw, y, s)  # noqa: E731
-                        us[str(s)] = round(timer(run)[0] * 1e6, 2)
-                    best = sorted(us, key=us.get)[:3]
-                    row = {"shape": shape, "dtype": name, "M": M, "best": best,
-                           "best_us": [us[b] for b in best], "us": us, "close": close}
-                    print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best",
-                                                          "best_us")}),
-                          "all close" if all(close.values()) else "MISMATCH", flush=True)
-                    f.write(json.dumps(row) + "\n")
+        for shape, N, K, name, qw, M, x in cells(shapes, dtypes, ms):
+            us, close = time_grid(timer, qw, x, N, K)
+            best = sorted(us, key=us.get)[:3]
+            row = {"shape": shape, "dtype": name, "M": M, "best": best,
+                   "best_us": [us[b] for b in best], "us": us, "close": close}
+            print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best", "best_us")}),
+                  "all close" if all(close.values()) else "MISMATCH", flush=True)
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

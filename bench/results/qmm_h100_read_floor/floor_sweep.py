@@ -4,8 +4,7 @@
     python3 floor_sweep.py OUT.jsonl SHAPES DTYPES MS FLUSH
 
 Per (layer, type, M) and L2 flush ("write" or "read"): every schedule of the grid that
-fits, timed by `bench.qmm.Timer` (median of >= 100 runs), the tuner's pick among its
-candidates (`kernels.matmul` with a fresh tuning table), cuBLAS f16, and
+fits, timed by `bench.qmm.Timer` (median of >= 100 runs), cuBLAS f16, and
 `bench.read_floor.read_floor_seconds` of the roofline's bytes. Every schedule's output
 is compared with the first's (`close`: within 1e-2 of its largest value).
 """
@@ -17,52 +16,33 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "qmm_h100_decode_resident_x"))
-from sweep import grid  # noqa: E402  (session 27's schedule grid)
+from sweep import cells, time_grid  # noqa: E402  (session 27's grid and cells)
 
-from tilevm.bench.qmm import SHAPES, Timer, traffic_bytes  # noqa: E402
+from tilevm.bench.qmm import Timer, traffic_bytes  # noqa: E402
 from tilevm.bench.read_floor import read_floor_seconds  # noqa: E402
 from tilevm.dtypes import parse  # noqa: E402
-from tilevm.kernels.matmul import _launch  # noqa: E402
-from tilevm.kernels.weights import quantize  # noqa: E402
 
 
 def main() -> None:
     out, shapes, dtypes, ms, flush = sys.argv[1:6]
     timer = Timer(min_reps=100, l2_flush=flush)
     with open(out, "a") as f:
-        for shape in shapes.split(","):
-            N, K = SHAPES[shape]
-            torch.manual_seed(0)
-            w = torch.randn(K, N, device="cuda", dtype=torch.float16)
-            for name in dtypes.split(","):
-                qw = quantize(w, parse(name), 128, format="fragments")
-                for M in map(int, ms.split(",")):
-                    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-                    us, close, first = {}, {}, None
-                    for s in (s for s in grid(M) if s.fits(K, 128)):
-                        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
-                        _launch(x, qw, y, s)
-                        torch.cuda.synchronize()
-                        first = y.clone() if first is None else first
-                        scale = float(first.abs().max())
-                        close[str(s)] = float((y - first).abs().max()) <= 1e-2 * scale
-                        run = lambda s=s, y=y, x=x, qw=qw: _launch(x, qw, y, s)  # noqa: E731
-                        us[str(s)] = round(timer(run)[0] * 1e6, 2)
-                    wf = w.to(torch.float16)
-                    cublas = timer(lambda x=x, wf=wf: torch.matmul(x, wf))[0] * 1e6
-                    nbytes = int(traffic_bytes(M, N, K, parse(name).bits, 128))
-                    floor = read_floor_seconds(timer, nbytes)
-                    best = sorted(us, key=us.get)[:3]
-                    row = {"shape": shape, "dtype": name, "M": M, "flush": flush,
-                           "floor_us": round(floor["seconds"] * 1e6, 2),
-                           "floor_form": [floor["chunk"], floor["unroll"]],
-                           "cublas_us": round(cublas, 2), "best": best,
-                           "best_us": [us[b] for b in best], "us": us, "close": close}
-                    print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "flush",
-                                                          "floor_us", "cublas_us", "best",
-                                                          "best_us")}),
-                          "all close" if all(close.values()) else "MISMATCH", flush=True)
-                    f.write(json.dumps(row) + "\n")
+        for shape, N, K, name, qw, M, x in cells(shapes, dtypes, ms):
+            us, close = time_grid(timer, qw, x, N, K)
+            wf = torch.randn(K, N, device="cuda", dtype=torch.float16)
+            cublas = timer(lambda x=x, wf=wf: torch.matmul(x, wf))[0] * 1e6
+            nbytes = int(traffic_bytes(M, N, K, parse(name).bits, 128))
+            floor = read_floor_seconds(timer, nbytes)
+            best = sorted(us, key=us.get)[:3]
+            row = {"shape": shape, "dtype": name, "M": M, "flush": flush,
+                   "floor_us": round(floor["seconds"] * 1e6, 2),
+                   "floor_form": [floor["chunk"], floor["unroll"]],
+                   "cublas_us": round(cublas, 2), "best": best,
+                   "best_us": [us[b] for b in best], "us": us, "close": close}
+            print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "flush", "floor_us",
+                                                  "cublas_us", "best", "best_us")}),
+                  "all close" if all(close.values()) else "MISMATCH", flush=True)
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
