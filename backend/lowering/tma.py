@@ -119,12 +119,10 @@ class TmaState:
         self.issued = {name: cg.entry_alloca(I32, f"issued.{name}") for name in self.empty}
         self.released = {name: cg.entry_alloca(I32, f"released.{name}")
                          for name in self.full}
-        for slot in self.released.values():
-            cg.b.store(ir.Constant(I32, 0), slot)
         self.cluster = cg.program.cluster
         self.multicast = {i.dst.name for i in instructions(cg.program.body)
                           if is_tma(i) and i.multicast}
-        for slot in self.issued.values():
+        for slot in (*self.released.values(), *self.issued.values()):
             cg.b.store(ir.Constant(I32, 0), slot)
         self.cp_async = uses_cp_async(cg.program)
         self.groups = cg.entry_alloca(I32, "tma_groups")  # groups committed
@@ -224,11 +222,11 @@ def emit_tma_release(cg: KernelCodegen, inst: ins.CopyAsync | ins.StoreShared) -
     if name in state.released:
         count = state.released[name]
         cg.b.store(cg.b.add(cg.b.load(count), ir.Constant(I32, 1)), count)
+    if not getattr(inst, "multicast", False):
+        _warp_arrives(cg, bar)
+        return
     _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
     with _lane0(cg):
-        if not getattr(inst, "multicast", False):
-            _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
-            return
         for rank in range(state.cluster):  # this block's barrier and each peer's
             # (release at the CTA's scope, the default: the buffer's reads are retired
             # wgmmas, so there is nothing to fence; `.release.cluster` made every
@@ -245,6 +243,14 @@ def _lane0(cg: KernelCodegen):
     lane = cg.b.and_(cg.tid, ir.Constant(I32, 31))
     with cg.b.if_then(cg.b.icmp_unsigned("==", lane, ir.Constant(I32, 0))):
         yield
+
+
+def _warp_arrives(cg: KernelCodegen, bar: ir.Value) -> None:
+    """Once all the warp's lanes are here, its lane 0 arrives on mbarrier `bar` (one
+    arrival a warp)."""
+    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    with _lane0(cg):
+        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
 
 def _wait_for_release(cg: KernelCodegen, name: str) -> None:
@@ -273,10 +279,7 @@ def producer_store(cg: KernelCodegen, inst: ins.StoreShared):
     _wait_for_release(cg, name)
     yield
     _asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", [])
-    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
-    with _lane0(cg):
-        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}",
-             [state.barrier(cg, ir.Constant(I32, state.full[name]))])
+    _warp_arrives(cg, state.barrier(cg, ir.Constant(I32, state.full[name])))
 
 
 def wait_for_stores(cg: KernelCodegen, inst: ins.Dot) -> None:

@@ -144,8 +144,7 @@ def _converted(program: Program) -> set[int]:
         inst = work.pop()
         if id(inst) in chosen:
             continue
-        if not isinstance(inst, ins.StoreShared) and \
-                not isinstance(inst, CONVERTING_INSTRUCTIONS):
+        if not isinstance(inst, (ins.StoreShared, *CONVERTING_INSTRUCTIONS)):
             raise _fail(f"the converting producer would run this {inst.opname} to compute a "
                         "stored tile; it runs global loads, casts, views, full, where, "
                         "elementwise arithmetic and assigns only", inst)
