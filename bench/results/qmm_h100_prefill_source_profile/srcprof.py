@@ -1,0 +1,38 @@
+"""Usage: srcprof.py DTYPES: one launch each of the tuned shared-weights kernel (256 rows,
+8 warps, 4 stages, x 2 k-tiles ahead, codes 4 ahead, wide stores) per weight type at 8B
+qkv, M = 4096, f16, between cudaProfilerStart/Stop (for `ncu --profile-from-start off`:
+srcprof.sh)."""
+
+import sys
+
+import torch
+
+from tilevm import dtypes
+from tilevm.backend.launch import compiled_kernel
+from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
+from tilevm.kernels.schedule import WGMMA_SHARED_TILES
+from tilevm.kernels.weights import quantize
+
+M, N, K = 4096, 12288, 4096
+bm, warps, stages, lead, prefetch = WGMMA_SHARED_TILES[0]
+x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+w = torch.randn(K, N, device="cuda", dtype=torch.float16)
+runs = []
+for wd in sys.argv[1].split(","):
+    qw = quantize(w, wd, 128, format="fragments")
+    program = qmm_wgmma_shared_kernel("f16").specialize(
+        wdtype=dtypes.parse(wd), group_size=128, bm=bm, num_warps=warps, stages=stages,
+        lead=lead, prefetch=prefetch, wide_stores=True)
+    kern = compiled_kernel(program)
+    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    runs.append(lambda kern=kern, y=y, qw=qw: kern(x, qw.packed, qw.scales, qw.scales, y,
+                                                   M, N, K))
+for r in runs:
+    r()
+    r()
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+for r in runs:
+    r()
+torch.cuda.synchronize()
+torch.cuda.profiler.stop()
