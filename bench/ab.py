@@ -17,6 +17,9 @@ fields (e.g. a compiler setting the process ran with), `shape`, `dtype`, `us` an
 `sums` per variant. Run a script two or more times, in separate processes: the best
 round of each variant is what `summarize` compares.
 
+`profile_once` is the profiling scripts' harness: each launch warmed up, then once more
+between cudaProfilerStart and Stop, what `ncu --profile-from-start off` profiles.
+
     python -m tilevm.bench.ab FILE.jsonl [BASE]
 
 prints, per layer and type, each variant's best time over the baseline's (BASE, a
@@ -173,6 +176,24 @@ def summarize(rows: list[Row], base: str | None = None) -> list[str]:
         lines.append(f"{dtype} geomean: " + ", ".join(
             f"{k} {math.exp(sum(map(math.log, v)) / len(v)):.3f}" for k, v in ratios.items()))
     return lines
+
+
+def profile_once(runs: Iterable[Callable[[], Any]], warmups: int = 2) -> None:
+    """Run each launch `warmups` times (compiled, caches warm), then each once between
+    cudaProfilerStart and Stop: one profiled launch a run under `ncu
+    --profile-from-start off`."""
+    import torch
+
+    runs = list(runs)
+    for run in runs:
+        for _ in range(warmups):
+            run()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for run in runs:
+        run()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

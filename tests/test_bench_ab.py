@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,3 +50,17 @@ def test_variants_that_disagree_are_an_error(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "int3 geomean: x 1.000, y 0.500"
     with pytest.raises(SystemExit, match="usage"):
         ab.main([])
+
+
+def test_profile_once_warms_every_launch_then_runs_each_once_in_the_profiled_range(
+        monkeypatch):
+    events = []
+    log = lambda name: lambda: events.append(name)  # noqa: E731
+    profiler = SimpleNamespace(start=log("start"), stop=log("stop"))
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=log("sync"), profiler=profiler))
+    monkeypatch.setitem(sys.modules, "torch", torch)  # (no GPU needed: a stand-in)
+    ab.profile_once(log(name) for name in "ab")
+    assert events == ["a", "a", "b", "b", "sync", "start", "a", "b", "sync", "stop"]
+    events.clear()
+    ab.profile_once([log("c")], warmups=1)
+    assert events == ["c", "sync", "start", "c", "sync", "stop"]

@@ -4,6 +4,7 @@ and int4 (f16, group 128), one launch each between cudaProfilerStart/Stop (for n
 printed) outside the profile."""
 import torch
 
+from tilevm.bench.ab import profile_once
 from tilevm.bench.qmm import SHAPES
 from tilevm.kernels.matmul import quantized_matmul, tuned_schedule
 from tilevm.kernels.weights import quantize
@@ -18,12 +19,4 @@ for name in ("int3", "int2", "int4"):
         x = torch.randn(M, K, device="cuda", dtype=torch.float16)
         print(name, M, tuned_schedule(x, qw), flush=True)
         runs.append(lambda x=x, qw=qw: quantized_matmul(x, qw))
-for r in runs:
-    r()
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(runs)

@@ -3,6 +3,7 @@
 import torch
 
 from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.ab import profile_once
 from tilevm.bench.qmm import SHAPES
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 
@@ -16,12 +17,4 @@ for shape in ("8b.qkv", "70b.o"):
     y = torch.empty(M, N, device="cuda", dtype=torch.float16)
     runs.append(lambda x=x, wt=wt, y=y, M=M, N=N, K=K: mm(x, wt, y, M, N, K))
     runs.append(lambda x=x, wt=wt, y=y: torch.matmul(x, wt.t(), out=y))
-for r in runs:
-    r()
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(runs)

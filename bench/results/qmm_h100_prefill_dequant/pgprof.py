@@ -8,6 +8,7 @@ sys.path.insert(0, "bench/results/qmm_h100_prefill_dequant")
 from experiment_kernels import gemm_kernel, persistent_gemm_kernel  # noqa: E402
 
 from tilevm.backend.launch import compiled_kernel  # noqa: E402
+from tilevm.bench.ab import profile_once
 from tilevm.bench.qmm import SHAPES  # noqa: E402
 
 P = torch.cuda.get_device_properties(0).multi_processor_count
@@ -22,12 +23,4 @@ for shape in ("8b.qkv", "70b.o"):
     y = torch.empty(M, N, device="cuda", dtype=torch.float16)
     runs.append(lambda x=x, wt=wt, y=y, M=M, N=N, K=K: g(x, wt, y, M, N, K))
     runs.append(lambda x=x, wt=wt, y=y, M=M, N=N, K=K: pg(x, wt, y, M, N, K, P))
-for r in runs:
-    r()
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(runs)

@@ -4,6 +4,7 @@ wide stores, as `kernels.matmul` runs it), the shared-weights kernel for int8 an
 dequantize kernel for f6e3m2 (their tuned schedules), and cuBLAS (torch.matmul)."""
 import torch
 
+from tilevm.bench.ab import profile_once
 from tilevm.bench.qmm import SHAPES
 from tilevm.kernels.matmul import _dequantizer, _qmm
 from tilevm.kernels.schedule import dequant_schedule, shared_weights_tiles
@@ -29,16 +30,7 @@ def launches(shape):
              lambda: mm(x, wt, y, M, N, K),
              lambda: shared(x, q8.packed, q8.scales, q8.scales, y, M, N, K),
              lambda: torch.matmul(x, w, out=y)]
-    for r in found:
-        r()
-        r()
     return found
 
 
-runs = launches("8b.qkv") + launches("70b.o")
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(launches("8b.qkv") + launches("70b.o"))

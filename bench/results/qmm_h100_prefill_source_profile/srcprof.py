@@ -9,6 +9,7 @@ import torch
 
 from tilevm import dtypes
 from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.ab import profile_once
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
 from tilevm.kernels.schedule import WGMMA_SHARED_TILES
 from tilevm.kernels.weights import quantize
@@ -27,12 +28,4 @@ for wd in sys.argv[1].split(","):
     y = torch.empty(M, N, device="cuda", dtype=torch.float16)
     runs.append(lambda kern=kern, y=y, qw=qw: kern(x, qw.packed, qw.scales, qw.scales, y,
                                                    M, N, K))
-for r in runs:
-    r()
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(runs)

@@ -8,6 +8,7 @@ import torch
 
 from tilevm import dtypes
 from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.ab import profile_once
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.weights import quantize
 
@@ -29,12 +30,4 @@ for cfg in sys.argv[2].split(";"):
     runs.append(lambda kern=kern, y=y: kern(x, qw.packed, qw.scales, qw.scales, y, M, N, K))
 if len(sys.argv) > 3:
     runs.append(lambda: x @ wf)
-for r in runs:
-    r()
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for r in runs:
-    r()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+profile_once(runs)
