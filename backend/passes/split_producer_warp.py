@@ -177,9 +177,8 @@ def _held_by_first(layout, threads: int) -> bool:
 
 
 def _defined(inst: ins.Instruction) -> Tensor | None:
-    """The tile `inst` writes in registers: its `out`, or an `assign`'s `dst`."""
-    out = inst.dst if isinstance(inst, ins.Assign) else getattr(inst, "out", None)
-    return out if isinstance(out, Tensor) else None
+    """The tile `inst` writes in registers: its `output`, or an `assign`'s `dst`."""
+    return inst.dst if isinstance(inst, ins.Assign) else inst.output
 
 
 def _defines(inst: ins.Instruction) -> list[str]:
@@ -189,12 +188,10 @@ def _defines(inst: ins.Instruction) -> list[str]:
 
 
 def _inputs(inst: ins.Instruction) -> list[Tensor]:
-    """The tensors `inst` reads (every tensor operand but what it defines; a store's
-    `dst` is not read)."""
-    skip = {"out", "dst"} if isinstance(inst, (ins.Assign, ins.StoreShared, ins.StoreGlobal,
-                                                ins.CopyAsync)) else {"out"}
-    return [t for f in fields(inst) if f.name not in skip
-            for t in _tensors(getattr(inst, f.name))]
+    """The tensors `inst` reads: its `input_tensors()` less the `dst` it only writes (a
+    store's, a copy's, an assign's; an atomic add reads its own)."""
+    overwrites = isinstance(inst, (*WRITES, ins.Assign)) and not isinstance(inst, ins.AtomicAdd)
+    return [t for t in inst.input_tensors() if not (overwrites and t is inst.dst)]
 
 
 def _released(seq: Seq, converted: set[int]) -> Seq:
