@@ -20,6 +20,11 @@ round of each variant is what `summarize` compares.
 `profile_once` is the profiling scripts' harness: each launch warmed up, then once more
 between cudaProfilerStart and Stop, what `ncu --profile-from-start off` profiles.
 
+`build_renamed_with_env` lets one process time a program against itself built under a
+compiler setting read from the environment (an experiment's switch): the variant is
+the program renamed (the name is part of the cache key), and its build runs with the
+variable set.
+
     python -m tilevm.bench.ab FILE.jsonl [BASE]
 
 prints, per layer and type, each variant's best time over the baseline's (BASE, a
@@ -33,6 +38,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -194,6 +200,31 @@ def profile_once(runs: Iterable[Callable[[], Any]], warmups: int = 2) -> None:
         run()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+
+
+def build_renamed_with_env(suffix: str, variable: str, value: str = "1") -> None:
+    """From now on, build a program whose name ends in `suffix` with the environment
+    variable `variable` set to `value` (and restored after): wraps
+    `backend.launch.build_artifact`. Rename a program for it with
+    `dataclasses.replace(program, name=program.name + suffix)`."""
+    from tilevm.backend import launch
+
+    build = launch.build_artifact
+
+    def build_with_env(program, arch):
+        if not program.name.endswith(suffix):
+            return build(program, arch)
+        before = os.environ.get(variable)
+        os.environ[variable] = value
+        try:
+            return build(program, arch)
+        finally:
+            if before is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = before
+
+    launch.build_artifact = build_with_env
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from types import SimpleNamespace
 
@@ -64,3 +65,18 @@ def test_profile_once_warms_every_launch_then_runs_each_once_in_the_profiled_ran
     events.clear()
     ab.profile_once([log("c")], warmups=1)
     assert events == ["c", "sync", "start", "c", "sync", "stop"]
+
+
+def test_build_renamed_with_env_sets_the_variable_only_for_programs_so_named(monkeypatch):
+    from tilevm.backend import launch
+
+    seen = []
+    monkeypatch.setattr(launch, "build_artifact",
+                        lambda program, arch: seen.append(
+                            (program.name, os.environ.get("TILEVM_TEST_SWITCH"))))
+    monkeypatch.setenv("TILEVM_TEST_SWITCH", "before")
+    ab.build_renamed_with_env("_on", "TILEVM_TEST_SWITCH", "2")
+    launch.build_artifact(SimpleNamespace(name="k_on"), "sm_90a")
+    launch.build_artifact(SimpleNamespace(name="k"), "sm_90a")
+    assert seen == [("k_on", "2"), ("k", "before")]
+    assert os.environ["TILEVM_TEST_SWITCH"] == "before"  # restored after the build

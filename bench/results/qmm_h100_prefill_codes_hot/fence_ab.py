@@ -5,27 +5,13 @@ fence reading only the first two k-tiles' codes (`codes_hot.patch`); M = 4096, f
 group 128, read flush, beside cuBLAS. The variants are the program renamed (the name is
 part of the cache key); a program named `..._nofence` is built without the fence."""
 
-import os
 import sys
 from dataclasses import replace
 
-from tilevm.backend import launch
-from tilevm.bench.ab import time_variants
+from tilevm.bench.ab import build_renamed_with_env, time_variants
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
 
-_build = launch.build_artifact
-
-
-def build(program, arch):
-    if program.name.endswith("_nofence"):
-        os.environ["TILEVM_NOFENCE"] = "1"
-    try:
-        return _build(program, arch)
-    finally:
-        os.environ.pop("TILEVM_NOFENCE", None)
-
-
-launch.build_artifact = build
+build_renamed_with_env("_nofence", "TILEVM_NOFENCE", "1")
 out, shapes, dtypes, rounds = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(","), \
     int(sys.argv[4])
 TUNED = dict(group_size=128, wide_stores=True, prefetch=4)

@@ -7,27 +7,13 @@ runs it. M = 4096, f16, group 128, L2 read flush, beside cuBLAS (`bench.ab`). Th
 variant is the same program renamed `..._inflight2`: the name is part of the cache key,
 and the build of a program so named runs with the limit set."""
 
-import os
 import sys
 from dataclasses import replace
 
 import tilevm.kernels.qmm_wgmma_shared as shared_module
-from tilevm.backend import launch
-from tilevm.bench.ab import shared_weights_ab
+from tilevm.bench.ab import build_renamed_with_env, shared_weights_ab
 
-_build = launch.build_artifact
-
-
-def build(program, arch):
-    if program.name.endswith("_inflight2"):
-        os.environ["TILEVM_INFLIGHT_SHARED"] = "2"
-    try:
-        return _build(program, arch)
-    finally:
-        os.environ.pop("TILEVM_INFLIGHT_SHARED", None)
-
-
-launch.build_artifact = build
+build_renamed_with_env("_inflight2", "TILEVM_INFLIGHT_SHARED", "2")
 _factory = shared_module.qmm_wgmma_shared_kernel
 
 
