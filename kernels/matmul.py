@@ -72,7 +72,7 @@ def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None =
         return out
     if schedule is None:
         schedule = tuned_schedule(x2, qw) if tune else default_schedule(
-            M, N, K, qw.group_size, hopper=is_hopper(x2.device))
+            M, N, K, qw.group_size, hopper=is_hopper(x2.device), bits=qw.dtype.bits)
     _launch(x2, qw, out.view(M, N), schedule)
     return out
 
@@ -265,7 +265,8 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
 
     K, N = qw.shape
     M = x.shape[0]
-    todo = candidates(M, N, K, qw.group_size, hopper=is_hopper(x.device))
+    todo = candidates(M, N, K, qw.group_size, hopper=is_hopper(x.device),
+                      bits=qw.dtype.bits)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
     start = time.perf_counter()

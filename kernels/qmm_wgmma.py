@@ -21,6 +21,18 @@ round trip (no ldmatrix, no conversion of x).
   once to the activation type, as the weights of an f16 layer are; the scales and zeros
   of each k-tile are copied to shared memory with its x tile): the A operand.
   Within a warpgroup, half `h` of the 4 warps' atoms is one 64-row `wgmma`;
+- with `half_atoms` (8-bit codes) warp `j` takes 16 columns instead, half an atom (one
+  A fragment's rows): `bn = 16 * num_warps`, a warpgroup's 64 columns are one `wgmma`,
+  and its accumulators are `bm / 2` a thread, so 8 warps multiply 128 columns by 256
+  rows of x, converting each weight once per 256 rows as `kernels.qmm_wgmma_shared`
+  does, but with the weights straight from the conversion's registers into the
+  tensor cores: no shared tile of weights, no `stmatrix`, no barrier waiting for every
+  warp's conversion before a warpgroup's wgmmas. Each warp loads the 16 bytes of a
+  lane's 32 that hold its half (`half_atom_code_layout`: for 8-bit codes the format
+  keeps an n-block's codes of a k-half in one word). H100, M = 4096, int8: 0.94-0.97x
+  the time of the shared-weights kernel (8B qkv, 70B o and gate_up;
+  bench/results/qmm_h100_prefill_half_atoms/). Other widths interleave the halves at
+  finer than byte granularity, so they keep whole atoms;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
   `stages` shared buffers, `lead` k-tiles ahead (1..stages-1; 0: stages - 1), one
@@ -46,6 +58,8 @@ the group size: a k-tile never straddles two scale groups.
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
 from functools import cache
 
+import numpy as np
+
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import (
     ATOM,
@@ -54,7 +68,7 @@ from tilevm.kernels.qmm import (
     fetch_ahead,
     shift_ahead,
 )
-from tilevm.layouts import local, spatial
+from tilevm.layouts import RegisterLayout, local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
 from tilevm.vm import lang as tv
@@ -73,7 +87,7 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   *, wdtype: DataType = tv.int4, group_size: int = 128,
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
-                  wide_stores: bool = False):
+                  wide_stores: bool = False, half_atoms: bool = False):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -88,23 +102,36 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         lead = lead or stages - 1
         tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
         tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
-        bn = ATOM * num_warps
+        tv.static_assert(not half_atoms or b == 8,
+                         f"half_atoms takes 8-bit codes, got {wdtype}")
+        warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
+        bn = warp_n * num_warps
+        atoms = bn // ATOM
+        lane_run = (2, 2, 8) if half_atoms else (4 * b,)  # a lane's bytes of an atom
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                     group_size, group_m)
-        atom_n0 = n_tile * num_warps
+                                                     group_size, group_m, lane_run)
+        atom_n0 = n_tile * atoms
 
         # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
-        # rows of y^T.
-        byte_layout = local(bk // ATOM, 1, 1, 1).spatial(1, num_warps, 32, 1) \
-            .local(1, 1, 1, 4 * b)
-        code_layout = local(bk // ATOM, 1) * spatial(1, num_warps) * atom_code_layout(b)
-        tile = [bk // ATOM, num_warps, 32, 4 * b]
-        a_layout = spatial(num_warps, 1) * local(2, bk // 16) * mma_m16n8k16_a()
-        acc_layout = spatial(num_warps, 1) * local(2, bm // 8) * mma_m16n8k16_c()
+        # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
+        chunks = bk // ATOM
+        if half_atoms:  # a lane's bytes 8h.. and 16 + 8h.. of atom a's 32, per k-chunk
+            byte_layout = local(chunks, 1, 1, 1, 1, 1) * spatial(1, atoms, 1, 1, 2, 1) \
+                * spatial(1, 1, 32, 1, 1, 1) * local(1, 1, 1, 2, 1, 8)
+            tile = [chunks, atoms, 32, 2, 2, 8]
+            code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout()
+        else:
+            byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
+                .local(1, 1, 1, 4 * b)
+            tile = [chunks, num_warps, 32, 4 * b]
+            code_layout = local(chunks, 1) * spatial(1, num_warps) * atom_code_layout(b)
+        halves = 1 if half_atoms else 2
+        a_layout = spatial(num_warps, 1) * local(halves, bk // 16) * mma_m16n8k16_a()
+        acc_layout = spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c()
         xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
 
-        codes_at = lambda k: tv.load_global(gw, [k // ATOM, atom_n0, 0, 0], tile,  # noqa: E731
-                                            layout=byte_layout)
+        codes_at = lambda k: tv.load_global(  # noqa: E731
+            gw, [k // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile, layout=byte_layout)
         xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
         # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
         # from shared memory where the weights are scaled (no global latency there).
@@ -141,12 +168,25 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
     return qmm_wgmma
 
 
+@cache
+def half_atom_code_layout() -> RegisterLayout:
+    """Two warps over an atom of 8-bit codes, warp h holding n-blocks 2h and 2h + 1 (16
+    columns: one A fragment's rows) as the format stores them: a lane's bytes 8h..8h+7
+    and 16+8h..16+8h+7 of its 32 (`storage_order(8)` keeps each n-block's 4 codes of a
+    k-half in one word)."""
+    atom = atom_code_layout(8).table()
+    table = [[atom[lane][16 * (l // 8) + 8 * h + l % 8] for l in range(16)]
+             for h in range(2) for lane in range(32)]
+    return RegisterLayout.from_table(np.array(table), (ATOM, ATOM))
+
+
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
-               group_size: int, group_m: int):
+               group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None):
     """The launch grid and this block's tile, as the prefill kernels share them (a
     compile-time helper): (column tile, its first column n0, first row m0, and the views
-    x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, 4 bits] (Np: N padded to the
-    format's 32), scales and zeros [Np, K / group_size])."""
+    x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
+    the format's 32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat),
+    scales and zeros [Np, K / group_size])."""
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
     Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
@@ -154,7 +194,7 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
     n0, m0 = n_tile * bn, m_tile * bm
     gxt = tv.global_view(x, [K, M], strides=[1, K])
-    gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * bits])
+    gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, *(lane_run or (4 * bits,))])
     gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
     gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
     return n_tile, n0, m0, gxt, gw, gs, gz

@@ -20,9 +20,12 @@ Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
 `stages`, `lead` and `prefetch` (k-tiles of weight codes in flight in registers, 1..4).
-With `shared_weights` it is `kernels.qmm_wgmma_shared` (the converted weights of a k-tile
-in shared memory, read by every warpgroup's wgmmas: each weight converted once per `bm`
-rows; `lead` 1..stages-2). With `dequant` it is `kernels.qmm_dequant`: the weights
+With `half_atoms` (8-bit codes) each warp converts 16 columns instead of 32, so that a
+warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
+converted once per 256 rows, straight from registers). With `shared_weights` it is
+`kernels.qmm_wgmma_shared` (the converted weights of a k-tile in shared memory, read by
+every warpgroup's wgmmas: each weight converted once per `bm` rows; `lead`
+1..stages-2). With `dequant` it is `kernels.qmm_dequant`: the weights
 dequantized once into an f16/bf16 workspace, then a matmul of x by them with the
 shared-weights kernel's pipeline (`bk` 64; `lead` 1..stages-2; no `prefetch`).
 
@@ -43,9 +46,10 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
 # shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time;
 # 7: odd widths' codes paired 16 bits apart, which moved their kernels' times; 8: the
-# dequantize-then-multiply pair), so problems tuned over an older space are tuned again
-# instead of keeping a winner among fewer (or other) kernels.
-SPACE_VERSION = 8
+# dequantize-then-multiply pair; 9: the wgmma kernel with half atoms for 8-bit codes), so
+# problems tuned over an older space are tuned again instead of keeping a winner among
+# fewer (or other) kernels.
+SPACE_VERSION = 9
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -67,6 +71,7 @@ class Schedule:
     shared_weights: bool = False
     dequant: bool = False
     producer: int = 0
+    half_atoms: bool = False
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -80,9 +85,13 @@ class Schedule:
                              f"{', lead, prefetch' if self.wgmma else ''} only, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
-        if (self.lead or self.shared_weights or self.dequant) and not self.wgmma:
-            raise ValueError(f"lead, shared_weights and dequant are the wgmma kernel's, got "
-                             f"{self!r}")
+        if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
+                and not self.wgmma:
+            raise ValueError(f"lead, shared_weights, dequant and half_atoms are the wgmma "
+                             f"kernel's, got {self!r}")
+        if self.half_atoms and (self.shared_weights or self.dequant):
+            raise ValueError(f"half_atoms is the wgmma kernel's with the weights in "
+                             f"registers (no shared_weights or dequant), got {self!r}")
         if self.producer and not self.shared_weights:
             raise ValueError(f"a converting producer (its registers, `producer`) is the "
                              f"shared-weights kernel's, got {self!r}")
@@ -103,10 +112,11 @@ class Schedule:
         if self.wgmma:
             table = dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                          stages=self.stages, lead=self.lead, prefetch=self.prefetch)
-            return table | ({"producer": self.producer} if self.producer else {})
+            return table | ({"producer": self.producer} if self.producer else {}) \
+                | ({"half_atoms": True} if self.half_atoms else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
-                     "dequant", "producer"):
+                     "dequant", "producer", "half_atoms"):
             del table[name]
         return table
 
@@ -142,7 +152,7 @@ class Schedule:
     def __str__(self) -> str:
         if self.wgmma:
             kind = " shared_weights" if self.shared_weights else " dequant" if self.dequant \
-                else ""
+                else " half_atoms" if self.half_atoms else ""
             return (f"wgmma{kind} bm={self.bm} "
                     f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
                     f"{f' lead={self.lead}' if self.lead else ''}"
@@ -200,6 +210,13 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
 WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,4,4,2)
+# The wgmma kernel with half atoms (8-bit codes; bm, num_warps, stages, lead, prefetch):
+# 256 rows, 8 warps of 16 columns (128), x two k-tiles ahead of four stages, the codes two
+# ahead (217 registers). H100, M = 4096, int8 on 8B qkv, 70B o and gate_up: 0.92-1.00x
+# the time of the shared-weights kernel's tuned tiling, geomean 0.95-0.97 in each of
+# three rounds; the codes one or three ahead, x one ahead, or six stages were slower
+# (bench/results/qmm_h100_prefill_half_atoms/).
+WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
 # shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
 # W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
@@ -219,20 +236,31 @@ def dequant_workspace(N: int, K: int) -> int:
 
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
-          prefetch: int = 1, shared_weights: bool = False, producer: int = 0) -> Schedule:
-    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, or with
-    `shared_weights` `kernels.qmm_wgmma_shared`, whose weights a converting producer
-    warpgroup of `producer` registers a thread converts when nonzero)."""
+          prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
+          half_atoms: bool = False) -> Schedule:
+    """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
+    `half_atoms` 16 columns a warp; or with `shared_weights` `kernels.qmm_wgmma_shared`,
+    whose weights a converting producer warpgroup of `producer` registers a thread
+    converts when nonzero)."""
     return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
-                    producer=producer)
+                    producer=producer, half_atoms=half_atoms)
 
 
 def wgmma_tile(tile: tuple[int, int, int, int, int], group_size: int, *,
-               shared_weights: bool = False) -> Schedule:
-    """`wgmma` of a `WGMMA_TILES` (or `WGMMA_SHARED_TILES`) entry."""
+               shared_weights: bool = False, half_atoms: bool = False) -> Schedule:
+    """`wgmma` of a `WGMMA_TILES` (or `WGMMA_SHARED_TILES`, `WGMMA_HALF_ATOM_TILES`)
+    entry."""
     bm, num_warps, stages, lead, prefetch = tile
-    return wgmma(bm, num_warps, stages, group_size, lead, prefetch, shared_weights)
+    return wgmma(bm, num_warps, stages, group_size, lead, prefetch, shared_weights,
+                 half_atoms=half_atoms)
+
+
+def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
+    """The wgmma kernel's half-atom tilings (`WGMMA_HALF_ATOM_TILES`) for codes of
+    `bits` bits: none but for 8-bit codes."""
+    return [wgmma_tile(t, group_size, half_atoms=True) for t in WGMMA_HALF_ATOM_TILES
+            if bits == 8]
 
 
 def shared_weights_tiles(group_size: int) -> list[Schedule]:
@@ -251,10 +279,11 @@ def row_tiles(M: int) -> tuple[int, ...]:
     return (32, 64)
 
 
-def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
-               ) -> list[Schedule]:
+def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
+               bits: int | None = None) -> list[Schedule]:
     """The schedules the tuner times for this problem (all fit it); `hopper`: the GPU
-    runs sm_90a code (wgmma). Measured on an H100 and an H200 (bench/results): 64-row
+    runs sm_90a code (wgmma); `bits`: the weight codes' width (8: the half-atom tiling
+    too). Measured on an H100 and an H200 (bench/results): 64-row
     k-tiles win whenever the group allows the pipelines with them; up to 8 rows the
     swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
     layers and lose a few percent on some small ones (fewer warps fit: more registers);
@@ -266,8 +295,9 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False
     if M > 64 and hopper:
         shared = [s for s in shared_weights_tiles(group_size) if s.fits(K, group_size)]
         beside = WGMMA_TILES_BESIDE_SHARED if shared else WGMMA_TILES
-        found += shared + [s for s in (wgmma_tile(t, group_size) for t in beside)
-                           if s.fits(K, group_size)]
+        half = [s for s in half_atom_tiles(group_size, bits) if s.fits(K, group_size)]
+        found += shared + half + [s for s in (wgmma_tile(t, group_size) for t in beside)
+                                  if s.fits(K, group_size)]
         if M > 256 and dequant_workspace(N, K) <= DEQUANT_WORKSPACE_LIMIT:
             found += [s for s in (dequant_schedule(),) if s.fits(K, group_size)]
     if M > 64 and not (hopper and M > 256 and found):
@@ -324,17 +354,21 @@ def swap_rows(M: int) -> int:
 
 
 def default_schedule(M: int, N: int, K: int, group_size: int,
-                     sms: int = SMS_H100, *, hopper: bool = False) -> Schedule:
-    """A good schedule without timing anything (see the module docstring)."""
+                     sms: int = SMS_H100, *, hopper: bool = False,
+                     bits: int | None = None) -> Schedule:
+    """A good schedule without timing anything (see the module docstring; `bits`: the
+    weight codes' width)."""
     # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
     # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        # The shared-weights kernel where it fits and fills its 256-row tiles (the tuner's
-        # pick at every type measured at M = 4096), else the first wgmma tiling.
-        shared = [s for s in shared_weights_tiles(group_size) if M >= s.bm]
-        for tile in shared[:1] + [wgmma_tile(WGMMA_TILES[0], group_size)]:
+        # For 8-bit codes the half-atom tiling, else the shared-weights kernel, where it
+        # fits and fills its 256-row tiles (the tuner's pick at every type measured at M =
+        # 4096); else the first wgmma tiling.
+        wide = [s for s in half_atom_tiles(group_size, bits) + shared_weights_tiles(
+            group_size) if M >= s.bm]
+        for tile in wide + [wgmma_tile(WGMMA_TILES[0], group_size)]:
             if tile.fits(K, group_size):
                 return tile
     if M >= STAGED_FROM:

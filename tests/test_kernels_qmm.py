@@ -18,6 +18,7 @@ from kernel_harness import SPILL_SLACK
 from tilevm import dtypes
 from tilevm.backend import ptxas
 from tilevm.backend.pipeline import compile_program
+from tilevm.ir.errors import VMError
 from tilevm.kernels import matmul, schedule
 from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import (
@@ -29,6 +30,7 @@ from tilevm.kernels.qmm import (
 )
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import (
+    WGMMA_HALF_ATOM_TILES,
     WGMMA_TILES,
     WGMMA_TILES_BESIDE_SHARED,
     Schedule,
@@ -181,6 +183,11 @@ def _tolerance(x, qw, ref) -> float:
                           producer=136), 70, 200),
     ("f6e3m2", False, wgmma(32, 8, 3, 128, lead=1, shared_weights=True, producer=120), 9,
      72),
+    # half atoms (8-bit codes): 16 columns a warp, its half of each lane's bytes; ragged
+    # N (a last tile of 8 columns), zero points with 32-row k-tiles, an 8-bit float
+    ("int8", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 40, 264),
+    ("uint8", True, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
+    ("f8e4m3", False, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -375,6 +382,28 @@ def test_gpu_schedules_and_zero_points(s):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros", [("int8", "bf16", False), ("uint8", "f16", True),
+                                                ("f8e4m3", "f16", False),
+                                                ("f8e5m2", "bf16", False)])
+def test_gpu_half_atoms(wdtype, act, zeros):
+    """The wgmma kernel with half atoms (8-bit codes), its tuned tiling and a small one
+    with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
+    iterations."""
+    import torch
+
+    from tilevm.kernels.matmul import is_hopper
+
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+    _gpu_case(wdtype, act, 300, 264, 1088, 64, zeros,
+              wgmma(256, 8, 4, 64, lead=2, prefetch=2, half_atoms=True))
+    _gpu_case(wdtype, act, 520, 200, 4224, 128, zeros,
+              wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True))
+    _gpu_case(wdtype, act, 33, 72, 1024, 64, zeros, wgmma(64, 4, 3, 64, lead=1,
+                                                           half_atoms=True))
+
+
+@pytest.mark.gpu
 def test_gpu_dequant_pair():
     """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
     k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
@@ -449,8 +478,12 @@ def test_wgmma_schedules():
     assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
     assert not wgmma(128, 4, 4, 128, prefetch=5).fits(4096, 128)  # 1..4 k-tiles of codes
     assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
-    with pytest.raises(ValueError, match="lead, shared_weights and dequant are the wgmma"):
+    with pytest.raises(ValueError, match="lead, shared_weights, dequant and half_atoms are"):
         Schedule(bm=16, lead=1)
+    with pytest.raises(ValueError, match="lead, shared_weights, dequant and half_atoms are"):
+        Schedule(bm=16, half_atoms=True)
+    with pytest.raises(ValueError, match="half_atoms is the wgmma kernel's with the weights"):
+        wgmma(256, 8, 4, 128, lead=2, shared_weights=True, half_atoms=True)
     shared = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True)
     assert str(shared) == \
         "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=4"
@@ -486,3 +519,25 @@ def test_wgmma_schedules():
         wgmma_tile(WGMMA_TILES[0], 128)  # 128 rows: a 256-row tile would be half empty
     assert default_schedule(4096, 12288, 4096, 128).staged
     assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma
+    # 8-bit codes: the half-atom tiling beside those, and the default from 256 rows
+    half = wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True)
+    assert half.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
+                                "lead": 2, "prefetch": 2, "half_atoms": True}
+    assert str(half) == "wgmma half_atoms bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=2"
+    assert candidates(4096, 12288, 4096, 128, hopper=True, bits=8) == \
+        [shared, half, *found[1:]]
+    assert half not in candidates(4096, 12288, 4096, 128, hopper=True, bits=4)
+    assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=8) == half
+    assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=6) == shared
+    assert default_schedule(128, 12288, 4096, 128, hopper=True, bits=8) == \
+        wgmma_tile(WGMMA_TILES[0], 128)
+
+
+def test_half_atoms_take_8_bit_codes_only():
+    """A schedule given by hand with half atoms for narrower codes is refused when the
+    kernel is specialized, naming the kernel's line."""
+    s = wgmma(256, 8, 4, 128, lead=2, half_atoms=True)
+    with pytest.raises(VMError, match="half_atoms takes 8-bit codes, got int4") as info:
+        schedule_kernel(s).specialize(wdtype=dtypes.parse("int4"), group_size=128,
+                                      **s.constants())
+    assert "qmm_wgmma.py" in str(info.value)

@@ -83,7 +83,7 @@ def test_dequant_schedule_and_where_it_is_timed():
     assert not s.fits(4096, 48)  # groups of whole 32-row k-tiles
     with pytest.raises(ValueError, match="no shared_weights or prefetch"):
         Schedule(256, 64, 8, wgmma=True, stages=4, lead=2, dequant=True, prefetch=4)
-    with pytest.raises(ValueError, match="dequant are the wgmma kernel's"):
+    with pytest.raises(ValueError, match="dequant and half_atoms are the wgmma kernel.s"):
         Schedule(16, dequant=True)
     # Timed for prefill on Hopper while the workspace (W^T in f16) fits the limit.
     assert s in candidates(4096, 12288, 4096, 128, hopper=True)

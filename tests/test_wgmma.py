@@ -291,6 +291,28 @@ def test_the_quantized_kernel_converts_a_k_tile_while_the_previous_one_multiplie
     assert report[qmm.name].spill_bytes == 0
 
 
+@pytest.mark.parametrize("wdtype", ["int8", "uint8", "f8e5m2"])
+def test_half_atoms_feed_the_tensor_cores_from_the_conversions_registers(wdtype):
+    """The register-A kernel with half atoms (8-bit codes) in its tuned tiling: a
+    warpgroup's 64 columns are one m64n256 wgmma whose A operand is registers (the
+    converted weights; no shared tile of weights), 4 a k-tile in a loop of 4 k-tiles, kept
+    asynchronous by ptxas (no C7513/C7515), without spills."""
+    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+    from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
+
+    s = wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True)
+    qmm = qmm_wgmma_kernel("f16").specialize(wdtype=getattr(tv, wdtype), group_size=128,
+                                             wide_stores=True, **s.constants())
+    ptx = compile_program(qmm, "sm_90a").ptx
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\S*\s+\{[^}]*\},"
+                      r"\s*(\{|%rd)", ptx)
+    assert mmas == [("m64n256k16", "{")] * 16  # A as a register list, not a descriptor
+    assert "stmatrix" not in ptx
+    report = check_ptx(ptx, "sm_90a")
+    assert "C7513" not in report.log and "C7515" not in report.log
+    assert report[qmm.name].spill_bytes == 0
+
+
 @pytest.mark.parametrize("name", ["shared_b_matmul", "shared_ab_matmul"])
 @pytest.mark.parametrize("bn, num_warps, widths", [(256, 4, [256]), (256, 16, [128, 128]),
                                                    (136, 16, [128, 8])])

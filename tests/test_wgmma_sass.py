@@ -75,6 +75,9 @@ KERNELS = [(f"{name} {wd} wide={wide}", factory, dict(wdtype=wd, wide_stores=wid
            for name, factory in (("register-A", qmm_wgmma_kernel),
                                  ("shared-weights", qmm_wgmma_shared_kernel))
            for wd in ("int4", "int3", "int8", "f6e3m2") for wide in (False, True)]
+KERNELS += [(f"register-A half atoms {wd} wide={wide}", qmm_wgmma_kernel,
+             dict(wdtype=wd, wide_stores=wide, half_atoms=True, bm=256, num_warps=8, stages=4,
+                  lead=2, prefetch=2)) for wd in ("int8", "f8e4m3") for wide in (False, True)]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
             for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
                        {"producer": True, "wide_stores": True, "cluster": 2})]
