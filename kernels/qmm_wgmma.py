@@ -31,8 +31,9 @@ round trip (no ldmatrix, no conversion of x).
   lane's 32 that hold its half (`half_atom_code_layout`: for 8-bit codes the format
   keeps an n-block's codes of a k-half in one word). H100, M = 4096, int8: 0.94-0.97x
   the time of the shared-weights kernel (8B qkv, 70B o and gate_up;
-  bench/results/qmm_h100_prefill_half_atoms/). Other widths interleave the halves at
-  finer than byte granularity, so they keep whole atoms;
+  bench/results/qmm_h100_prefill_half_atoms/). For the other widths a warp's half is
+  runs of 1, 3 or 4 bytes (2-, 6- and 4-bit codes) or not whole bytes (odd widths):
+  they keep whole atoms;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
   `stages` shared buffers, `lead` k-tiles ahead (1..stages-1; 0: stages - 1), one
