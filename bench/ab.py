@@ -1,10 +1,11 @@
 """Same-process A/B timing of prefill kernel variants, for experiments (the archived
 scripts under bench/results/ call it).
 
-`shared_weights_ab` serves the scripts that vary the shared-weights kernel
-(`kernels.qmm_wgmma_shared`) against its tuned tiling: it first compares each variant
-bitwise with the first ("base") on four ragged shapes (a variant that differs is
-reported and not timed), then times every variant and cuBLAS f16 round by round.
+`checked_ab` serves the scripts that time prefill programs against a base: it first
+compares each variant bitwise with the first ("base") on four ragged shapes (a variant
+that differs is reported and not timed), then times every variant and cuBLAS f16 round
+by round. `shared_weights_ab` is it for variants of the shared-weights kernel
+(`kernels.qmm_wgmma_shared`) against its tuned tiling.
 
 `time_variants` takes the variants as a function of the weight type (label -> a
 specialized program of a prefill kernel: `kernels.qmm_wgmma` or
@@ -103,12 +104,31 @@ def shared_weights_ab(tuned: dict[str, Any], variants: dict[str, dict[str, Any]]
                       before: Callable[[dict[str, Any]], None] | None = None) -> None:
     """The shared-weights kernel with constants `tuned | kw` for each `variants` label
     (`before(kw)` runs before each is specialized: e.g. to set what a patch reads),
-    checked bitwise against the first on `RAGGED`, then `time_variants` `rounds` times
-    (M = 4096, >= 50 runs, beside cuBLAS; rows tagged with their `round`)."""
+    through `checked_ab`."""
+    from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
+
+    programs: dict[str, dict[str, Any]] = {}
+    for name in dtypes:
+        found = programs[name] = {}
+        for label, kw in variants.items():
+            if before is not None:
+                before(kw)
+            found[label] = qmm_wgmma_shared_kernel("f16").specialize(wdtype=parse(name),
+                                                                     **tuned, **kw)
+    checked_ab(programs, out, shapes, rounds)
+
+
+def checked_ab(programs: dict[str, dict[str, Any]], out: str, shapes: Iterable[str],
+               rounds: int) -> None:
+    """A/B of prefill programs (weight type name -> label -> specialized program, the
+    first label the base): each program's registers and local bytes printed; each
+    variant compared bitwise with the base on `RAGGED` (its error against float64
+    printed beside the base's; a variant that differs is reported and not timed), then
+    `time_variants` `rounds` times (M = 4096, >= 50 runs, beside cuBLAS; rows tagged
+    with their `round`)."""
     import torch
 
     from tilevm.backend.launch import compiled_kernel
-    from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
     from tilevm.kernels.weights import quantize
 
     def run(kern, x, qw, M, N, K):
@@ -117,34 +137,32 @@ def shared_weights_ab(tuned: dict[str, Any], variants: dict[str, dict[str, Any]]
         torch.cuda.synchronize()
         return y
 
-    programs: dict[str, dict[str, Any]] = {}
-    for name in dtypes:
-        wdtype = parse(name)
-        found = programs[name] = {}
-        for label, kw in variants.items():
-            if before is not None:
-                before(kw)
-            found[label] = qmm_wgmma_shared_kernel("f16").specialize(wdtype=wdtype, **tuned,
-                                                                     **kw)
-            kern = compiled_kernel(found[label])
+    def error(y, ref):
+        return float((y.double() - ref).abs().max() / ref.abs().max())
+
+    for name, found in programs.items():
+        for label, program in found.items():
+            kern = compiled_kernel(program)
             print(name, label, "registers", kern.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
                   "local", kern.attribute("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"), flush=True)
         base_label = next(iter(found))
         for M, N, K in RAGGED:
             torch.manual_seed(1)
             x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-            qw = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), wdtype, 128,
-                          format="fragments")
+            qw = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), parse(name),
+                          128, format="fragments")
+            ref = x.double() @ qw.dequantize().double()
             base = run(compiled_kernel(found[base_label]), x, qw, M, N, K)
             for label in [v for v in found if v != base_label]:
-                same = bool(torch.equal(run(compiled_kernel(found[label]), x, qw, M, N, K),
-                                        base))
+                y = run(compiled_kernel(found[label]), x, qw, M, N, K)
+                same = bool(torch.equal(y, base))
                 print(f"check {name} {M}x{N}x{K} {label}: "
-                      f"{'bitwise equal' if same else 'DIFFERS'}", flush=True)
+                      f"{'bitwise equal' if same else 'DIFFERS'} (rel err "
+                      f"{error(y, ref):.2e}, base {error(base, ref):.2e})", flush=True)
                 if not same:
                     del found[label]
     for rnd in range(rounds):
-        time_variants(lambda wdtype: programs[wdtype.name], out, shapes, dtypes,
+        time_variants(lambda wdtype: programs[wdtype.name], out, shapes, list(programs),
                       tag={"round": rnd}, min_reps=50, cublas=True)
 
 
