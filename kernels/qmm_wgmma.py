@@ -29,8 +29,8 @@ round trip (no ldmatrix, no conversion of x).
   tensor cores: no shared tile of weights, no `stmatrix`, no barrier waiting for every
   warp's conversion before a warpgroup's wgmmas. Each warp loads the 16 bytes of a
   lane's 32 that hold its half (`half_atom_code_layout`: for 8-bit codes the format
-  keeps an n-block's codes of a k-half in one word). H100, M = 4096, int8: 0.94-0.97x
-  the time of the shared-weights kernel (8B qkv, 70B o and gate_up;
+  keeps an n-block's codes of a k-half in one word). H100, M = 4096, int8: 0.95-0.97x
+  the time of the shared-weights kernel (geomeans of 8B qkv, 70B o and gate_up;
   bench/results/qmm_h100_prefill_half_atoms/). For the other widths a warp's half is
   runs of 1, 3 or 4 bytes (2-, 6- and 4-bit codes) or not whole bytes (odd widths):
   they keep whole atoms;
