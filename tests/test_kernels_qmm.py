@@ -349,6 +349,16 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
     _gpu_case(wdtype, act, 130, 200, 1024, g, False)  # the staged kernel (M >= 128)
 
 
+def _skip_unless_hopper() -> None:
+    """Skip a GPU test of the wgmma kernels on a GPU without sm_90a."""
+    import torch
+
+    from tilevm.kernels.matmul import is_hopper
+
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
                                Schedule(bm=8, swap_ab=True, num_warps=2, split_k=3),  # uneven
@@ -371,12 +381,8 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
                                wgmma(256, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
                                      producer=136), dequant_schedule()])
 def test_gpu_schedules_and_zero_points(s):
-    import torch
-
-    from tilevm.kernels.matmul import is_hopper
-
-    if s.wgmma and not is_hopper(torch.device("cuda")):
-        pytest.skip("the wgmma kernel runs on sm_90 GPUs only")
+    if s.wgmma:
+        _skip_unless_hopper()
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
 
@@ -389,12 +395,7 @@ def test_gpu_half_atoms(wdtype, act, zeros):
     """The wgmma kernel with half atoms (8-bit codes), its tuned tiling and a small one
     with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
     iterations."""
-    import torch
-
-    from tilevm.kernels.matmul import is_hopper
-
-    if not is_hopper(torch.device("cuda")):
-        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+    _skip_unless_hopper()
     _gpu_case(wdtype, act, 300, 264, 1088, 64, zeros,
               wgmma(256, 8, 4, 64, lead=2, prefetch=2, half_atoms=True))
     _gpu_case(wdtype, act, 520, 200, 4224, 128, zeros,
@@ -407,12 +408,7 @@ def test_gpu_half_atoms(wdtype, act, zeros):
 def test_gpu_dequant_pair():
     """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
     k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
-    import torch
-
-    from tilevm.kernels.matmul import is_hopper
-
-    if not is_hopper(torch.device("cuda")):
-        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+    _skip_unless_hopper()
     _gpu_case("f6e3m2", "f16", 300, 200, 1088, 32, False, dequant_schedule())
     _gpu_case("int8", "bf16", 257, 136, 1024, 64, False, dequant_schedule())
 

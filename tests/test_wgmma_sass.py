@@ -24,6 +24,7 @@ from tilevm.dtypes import parse
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
+from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
 
 ROOT = Path(__file__).resolve().parent.parent
 HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)\S* R(\d+),")
@@ -76,8 +77,9 @@ KERNELS = [(f"{name} {wd} wide={wide}", factory, dict(wdtype=wd, wide_stores=wid
                                  ("shared-weights", qmm_wgmma_shared_kernel))
            for wd in ("int4", "int3", "int8", "f6e3m2") for wide in (False, True)]
 KERNELS += [(f"register-A half atoms {wd} wide={wide}", qmm_wgmma_kernel,
-             dict(wdtype=wd, wide_stores=wide, half_atoms=True, bm=256, num_warps=8, stages=4,
-                  lead=2, prefetch=2)) for wd in ("int8", "f8e4m3") for wide in (False, True)]
+             dict(wdtype=wd, wide_stores=wide, **wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128,
+                                                          half_atoms=True).constants()))
+            for wd in ("int8", "f8e4m3") for wide in (False, True)]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
             for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
                        {"producer": True, "wide_stores": True, "cluster": 2})]
