@@ -75,12 +75,23 @@ def storage_order(bits: int) -> np.ndarray:
     one in a low 16-bit lane, the other at the same offset in a high one (for b in {1,
     2, 4, 8} in the same word: one shift and one AND put both in their lanes). The two
     values of an mma register are register-order codes `2i` and `2i + 1`, so the format
-    stores those at pair i's positions: then each converted pair is one mma register,
-    with no re-packing (`prmt`) of converted halves."""
+    stores those at a pair's positions: then each converted pair is one mma register,
+    with no re-packing (`prmt`) of converted halves. The register pairs of half atom 0
+    (n-blocks 0 and 1, 16 columns: one A fragment's rows of W^T) take the first 8 pairs of
+    positions, half atom 1's the last 8: for an even width b those are the first and the
+    second 2b bytes of the run, so a warp converting half an atom loads one run
+    (`kernels.qmm_wgmma`'s `half_atoms`); for odd widths each pair spans both halves."""
     order = np.empty(ATOM, dtype=np.int64)
-    for i, (first, second) in enumerate(lane_pairs(bits, ATOM)):
+    for i, (first, second) in zip(_pairs_by_half_atom(), lane_pairs(bits, ATOM)):
         order[first], order[second] = 2 * i, 2 * i + 1
     return order
+
+
+def _pairs_by_half_atom() -> list[int]:
+    """The 16 register pairs of a lane's run (pair i: `ATOM_LAYOUT` registers 2i, 2i + 1;
+    register (kh * 4 + nb) * 4 + j for k-half kh, n-block nb) with half atom 0's (n-blocks
+    0 and 1) first, then half atom 1's."""
+    return [(kh * 4 + 2 * h) * 2 + p for h in range(2) for kh in range(2) for p in range(4)]
 
 
 @cache

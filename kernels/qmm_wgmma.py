@@ -21,19 +21,19 @@ round trip (no ldmatrix, no conversion of x).
   once to the activation type, as the weights of an f16 layer are; the scales and zeros
   of each k-tile are copied to shared memory with its x tile): the A operand.
   Within a warpgroup, half `h` of the 4 warps' atoms is one 64-row `wgmma`;
-- with `half_atoms` (8-bit codes) warp `j` takes 16 columns instead, half an atom (one
-  A fragment's rows): `bn = 16 * num_warps`, a warpgroup's 64 columns are one `wgmma`,
-  and its accumulators are `bm / 2` a thread, so 8 warps multiply 128 columns by 256
-  rows of x, converting each weight once per 256 rows as `kernels.qmm_wgmma_shared`
-  does, but with the weights straight from the conversion's registers into the
-  tensor cores: no shared tile of weights, no `stmatrix`, no barrier waiting for every
-  warp's conversion before a warpgroup's wgmmas. Each warp loads the 16 bytes of a
-  lane's 32 that hold its half (`half_atom_code_layout`: for 8-bit codes the format
-  keeps an n-block's codes of a k-half in one word). H100, M = 4096, int8: 0.95-0.97x
-  the time of the shared-weights kernel (geomeans of 8B qkv, 70B o and gate_up;
-  bench/results/qmm_h100_prefill_half_atoms/). For the other widths a warp's half is
-  runs of 1, 3 or 4 bytes (2-, 6- and 4-bit codes) or not whole bytes (odd widths):
-  they keep whole atoms;
+- with `half_atoms` (codes of an even width) warp `j` takes 16 columns instead, half an
+  atom (one A fragment's rows): `bn = 16 * num_warps`, a warpgroup's 64 columns are one
+  `wgmma`, and its accumulators are `bm / 2` a thread, so 8 warps multiply 128 columns
+  by 256 rows of x, converting each weight once per 256 rows as
+  `kernels.qmm_wgmma_shared` does, but with the weights straight from the conversion's
+  registers into the tensor cores: no shared tile of weights, no `stmatrix`, no
+  barrier waiting for every warp's conversion before a warpgroup's wgmmas. Each warp
+  loads the 2b bytes of a lane's 4b that hold its half (`half_atom_code_layout`: the
+  format stores half atom 0's codes first). H100, M = 4096, 8B qkv, 70B o and gate_up:
+  int8 0.95-0.97x the time of the shared-weights kernel (geomeans;
+  bench/results/qmm_h100_prefill_half_atoms/), f6e3m2 0.94-0.96x, int4 and int2
+  1.01-1.03x (bench/results/qmm_h100_prefill_half_atoms_even/). For odd widths a half atom's
+  codes are not whole bytes of a lane's run: they keep whole atoms;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
   `stages` shared buffers, `lead` k-tiles ahead (1..stages-1; 0: stages - 1), one
@@ -103,12 +103,12 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         lead = lead or stages - 1
         tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
         tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
-        tv.static_assert(not half_atoms or b == 8,
-                         f"half_atoms takes 8-bit codes, got {wdtype}")
+        tv.static_assert(not half_atoms or b % 2 == 0,
+                         f"half_atoms takes codes of an even width, got {wdtype}")
         warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
         bn = warp_n * num_warps
         atoms = bn // ATOM
-        lane_run = (2, 2, 8) if half_atoms else (4 * b,)  # a lane's bytes of an atom
+        lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                      group_size, group_m, lane_run)
         atom_n0 = n_tile * atoms
@@ -116,11 +116,11 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
         # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
         chunks = bk // ATOM
-        if half_atoms:  # a lane's bytes 8h.. and 16 + 8h.. of atom a's 32, per k-chunk
-            byte_layout = local(chunks, 1, 1, 1, 1, 1) * spatial(1, atoms, 1, 1, 2, 1) \
-                * spatial(1, 1, 32, 1, 1, 1) * local(1, 1, 1, 2, 1, 8)
-            tile = [chunks, atoms, 32, 2, 2, 8]
-            code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout()
+        if half_atoms:  # half h of a lane's 4b bytes of atom a, per k-chunk
+            byte_layout = local(chunks, 1, 1, 1, 1) * spatial(1, atoms, 1, 2, 1) \
+                * spatial(1, 1, 32, 1, 1) * local(1, 1, 1, 1, 2 * b)
+            tile = [chunks, atoms, 32, 2, 2 * b]
+            code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout(b)
         else:
             byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
                 .local(1, 1, 1, 4 * b)
@@ -170,14 +170,13 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
 
 @cache
-def half_atom_code_layout() -> RegisterLayout:
-    """Two warps over an atom of 8-bit codes, warp h holding n-blocks 2h and 2h + 1 (16
-    columns: one A fragment's rows) as the format stores them: a lane's bytes 8h..8h+7
-    and 16+8h..16+8h+7 of its 32 (`storage_order(8)` keeps each n-block's 4 codes of a
-    k-half in one word)."""
-    atom = atom_code_layout(8).table()
-    table = [[atom[lane][16 * (l // 8) + 8 * h + l % 8] for l in range(16)]
-             for h in range(2) for lane in range(32)]
+def half_atom_code_layout(bits: int) -> RegisterLayout:
+    """Two warps over an atom of b-bit codes (b even), warp h holding n-blocks 2h and
+    2h + 1 (16 columns: one A fragment's rows) as the format stores them: half h of a
+    lane's 4b bytes (`storage_order` stores half atom 0's codes first; for even b its
+    conversion pairs lie inside each half)."""
+    atom = atom_code_layout(bits).table()
+    table = [atom[lane][16 * h:16 * h + 16] for h in range(2) for lane in range(32)]
     return RegisterLayout.from_table(np.array(table), (ATOM, ATOM))
 
 

@@ -20,7 +20,7 @@ Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
 `stages`, `lead` and `prefetch` (k-tiles of weight codes in flight in registers, 1..4).
-With `half_atoms` (8-bit codes) each warp converts 16 columns instead of 32, so that a
+With `half_atoms` (even widths) each warp converts 16 columns instead of 32, so that a
 warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
 converted once per 256 rows, straight from registers). With `shared_weights` it is
 `kernels.qmm_wgmma_shared` (the converted weights of a k-tile in shared memory, read by
@@ -46,10 +46,11 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
 # shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time;
 # 7: odd widths' codes paired 16 bits apart, which moved their kernels' times; 8: the
-# dequantize-then-multiply pair; 9: the wgmma kernel with half atoms for 8-bit codes), so
+# dequantize-then-multiply pair; 9: the wgmma kernel with half atoms for 8-bit codes; 10:
+# and for 6-bit codes, with each half atom's codes one run of a lane's bytes), so
 # problems tuned over an older space are tuned again instead of keeping a winner among
 # fewer (or other) kernels.
-SPACE_VERSION = 9
+SPACE_VERSION = 10
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -217,6 +218,11 @@ WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,
 # three rounds; the codes one or three ahead, x one ahead, or six stages were slower
 # (bench/results/qmm_h100_prefill_half_atoms/).
 WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
+# The widths it is timed for (the kernel takes any even width): for 6-bit codes too it
+# beat the shared-weights kernel (H100, f6e3m2: 0.92-0.94x the time on 8B qkv and 70B o,
+# 1.00-1.02x on gate_up); for 2- and 4-bit codes, whose conversions are cheaper, it was
+# 1.00-1.06x slower (bench/results/qmm_h100_prefill_half_atoms_even/).
+HALF_ATOM_BITS = (6, 8)
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
 # shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
 # W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
@@ -258,9 +264,9 @@ def wgmma_tile(tile: tuple[int, int, int, int, int], group_size: int, *,
 
 def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
     """The wgmma kernel's half-atom tilings (`WGMMA_HALF_ATOM_TILES`) for codes of
-    `bits` bits: none but for 8-bit codes."""
+    `bits` bits: none but for `HALF_ATOM_BITS`."""
     return [wgmma_tile(t, group_size, half_atoms=True) for t in WGMMA_HALF_ATOM_TILES
-            if bits == 8]
+            if bits in HALF_ATOM_BITS]
 
 
 def shared_weights_tiles(group_size: int) -> list[Schedule]:

@@ -50,8 +50,9 @@ matrix a kernel reads; `QuantizedWeight.format` records it and `pack_weights` /
 - `"fragments"`: what `tilevm.kernels.qmm` reads. The codes, N padded with zero codes to
   a multiple of 32 (`padded_n`), are cut into 32 x 32 atoms (row-major over the atoms);
   an atom's 1024 codes are stored as 32 runs of 32, run `t` being the codes lane `t` of
-  a warp holds as `mma.m16n8k16` B fragments (`kernels.qmm.fragment_order`; in each block
-  of 2d codes, d * b = 16 mod 32, the even register-order codes, then the odd ones:
+  a warp holds as `mma.m16n8k16` B fragments (`kernels.qmm.fragment_order`; each mma
+  register's two codes at positions a conversion pairs, d codes apart with d * b = 16
+  mod 32, the registers of the atom's first 16 columns first:
   `kernels.qmm.storage_order`), each run packed like a row above (4*b bytes).
   `packed[K/32, Np*4b]` uint8 with `Np = padded_n(N)` (K must be a multiple of 32);
   `scales` (and `zeros`) are `[K/g, Np]`, padded with ones (zeros). A warp's 16-byte

@@ -52,12 +52,13 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 @pytest.mark.parametrize("bits", [1, 2, 3, 4, 6, 8])
 def test_each_lane_gets_its_mma_b_fragments(bits):
-    """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j) in row-major
-    order, the B elements (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's
-    m16n8k16 B layout (b0, b1 in the first register, b2, b3 in the second). The run
-    stores each register's two codes where a conversion pairs them (`lane_pairs`: d
-    codes apart, d * b = 16 mod 32, the first half of each block of 2d with the second;
-    for b in {1, 2, 4, 8} half a 32-bit word apart)."""
+    """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j), the B elements
+    (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's m16n8k16 B layout
+    (b0, b1 in the first register, b2, b3 in the second). The fragments of half atom 0
+    (j in {0, 1}, 16 columns) come first, then half atom 1's, each half in (i, j) order.
+    The run stores each register's two codes where a conversion pairs them (`lane_pairs`:
+    d codes apart, d * b = 16 mod 32, the first half of each block of 2d with the
+    second; for b in {1, 2, 4, 8} half a 32-bit word apart)."""
     K, N = 64, 96
     codes = np.arange(K * N).reshape(K, N)
     ordered = fragment_order(codes, bits)
@@ -68,7 +69,8 @@ def test_each_lane_gets_its_mma_b_fragments(bits):
             for lane in range(32):
                 g, c = divmod(lane, 4)
                 want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
-                        for i in range(2) for j in range(4) for h in range(2) for r in range(2)]
+                        for half in range(2) for i in range(2) for j in (2 * half, 2 * half + 1)
+                        for h in range(2) for r in range(2)]
                 run = list(ordered[ak, an, lane])
                 for block in range(0, ATOM, 2 * d):  # [r0 r2 r4 ... | r1 r3 r5 ...]
                     mine = want[block:block + 2 * d]
@@ -188,6 +190,10 @@ def _tolerance(x, qw, ref) -> float:
     ("int8", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 40, 264),
     ("uint8", True, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
     ("f8e4m3", False, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
+    ("int4", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 40, 264),
+    ("f6e3m2", False, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
+    ("uint6", True, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
+    ("uint2", True, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 33, 136),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -390,10 +396,14 @@ def test_gpu_schedules_and_zero_points(s):
 @pytest.mark.gpu
 @pytest.mark.parametrize("wdtype, act, zeros", [("int8", "bf16", False), ("uint8", "f16", True),
                                                 ("f8e4m3", "f16", False),
-                                                ("f8e5m2", "bf16", False)])
+                                                ("f8e5m2", "bf16", False),
+                                                ("int4", "f16", False),
+                                                ("f6e3m2", "bf16", False),
+                                                ("uint6", "f16", True),
+                                                ("int2", "bf16", False)])
 def test_gpu_half_atoms(wdtype, act, zeros):
-    """The wgmma kernel with half atoms (8-bit codes), its tuned tiling and a small one
-    with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
+    """The wgmma kernel with half atoms (codes of an even width), its tuned tiling and a
+    small one with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
     iterations."""
     _skip_unless_hopper()
     _gpu_case(wdtype, act, 300, 264, 1088, 64, zeros,
@@ -515,25 +525,29 @@ def test_wgmma_schedules():
         wgmma_tile(WGMMA_TILES[0], 128)  # 128 rows: a 256-row tile would be half empty
     assert default_schedule(4096, 12288, 4096, 128).staged
     assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma
-    # 8-bit codes: the half-atom tiling beside those, and the default from 256 rows
+    # 6- and 8-bit codes: the half-atom tiling beside those, and the default from 256 rows
     half = wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True)
     assert half.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
                                 "lead": 2, "prefetch": 2, "half_atoms": True}
     assert str(half) == "wgmma half_atoms bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=2"
-    assert candidates(4096, 12288, 4096, 128, hopper=True, bits=8) == \
-        [shared, half, *found[1:]]
-    assert half not in candidates(4096, 12288, 4096, 128, hopper=True, bits=4)
-    assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=8) == half
-    assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=6) == shared
+    for bits in (6, 8):
+        assert candidates(4096, 12288, 4096, 128, hopper=True, bits=bits) == \
+            [shared, half, *found[1:]]
+        assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits) == half
+    for bits in (2, 3, 4):
+        assert half not in candidates(4096, 12288, 4096, 128, hopper=True, bits=bits)
+        assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits) == shared
     assert default_schedule(128, 12288, 4096, 128, hopper=True, bits=8) == \
         wgmma_tile(WGMMA_TILES[0], 128)
 
 
-def test_half_atoms_take_8_bit_codes_only():
-    """A schedule given by hand with half atoms for narrower codes is refused when the
-    kernel is specialized, naming the kernel's line."""
+def test_half_atoms_take_codes_of_even_widths_only():
+    """A schedule given by hand with half atoms for codes of an odd width (a half atom's
+    codes are not one run of whole bytes) is refused when the kernel is specialized,
+    naming the kernel's line."""
     s = wgmma(256, 8, 4, 128, lead=2, half_atoms=True)
-    with pytest.raises(VMError, match="half_atoms takes 8-bit codes, got int4") as info:
-        schedule_kernel(s).specialize(wdtype=dtypes.parse("int4"), group_size=128,
+    with pytest.raises(VMError, match="half_atoms takes codes of an even width, got int3") \
+            as info:
+        schedule_kernel(s).specialize(wdtype=dtypes.parse("int3"), group_size=128,
                                       **s.constants())
     assert "qmm_wgmma.py" in str(info.value)
