@@ -211,16 +211,16 @@ WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8,
 # it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
 WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,4,4,2)
-# The wgmma kernel with half atoms (8-bit codes; bm, num_warps, stages, lead, prefetch):
-# 256 rows, 8 warps of 16 columns (128), x two k-tiles ahead of four stages, the codes two
-# ahead (217 registers). H100, M = 4096, int8 on 8B qkv, 70B o and gate_up: 0.92-1.00x
+# The wgmma kernel with half atoms (bm, num_warps, stages, lead, prefetch): 256 rows,
+# 8 warps of 16 columns (128), x two k-tiles ahead of four stages, the codes two ahead
+# (211 registers). H100, M = 4096, int8 on 8B qkv, 70B o and gate_up: 0.92-1.00x
 # the time of the shared-weights kernel's tuned tiling, geomean 0.95-0.97 in each of
 # three rounds; the codes one or three ahead, x one ahead, or six stages were slower
 # (bench/results/qmm_h100_prefill_half_atoms/).
 WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
 # The widths it is timed for (the kernel takes any even width): for 6-bit codes too it
-# beat the shared-weights kernel (H100, f6e3m2: 0.92-0.94x the time on 8B qkv and 70B o,
-# 1.00-1.02x on gate_up); for 2- and 4-bit codes, whose conversions are cheaper, it was
+# beat the shared-weights kernel (H100, f6e3m2: 0.92-0.95x the time on 8B qkv and 70B o,
+# 0.96-1.02x on gate_up); for 2- and 4-bit codes, whose conversions are cheaper, it was
 # 1.00-1.06x slower (bench/results/qmm_h100_prefill_half_atoms_even/).
 HALF_ATOM_BITS = (6, 8)
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
@@ -288,8 +288,8 @@ def row_tiles(M: int) -> tuple[int, ...]:
 def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
                bits: int | None = None) -> list[Schedule]:
     """The schedules the tuner times for this problem (all fit it); `hopper`: the GPU
-    runs sm_90a code (wgmma); `bits`: the weight codes' width (8: the half-atom tiling
-    too). Measured on an H100 and an H200 (bench/results): 64-row
+    runs sm_90a code (wgmma); `bits`: the weight codes' width (`HALF_ATOM_BITS`: the
+    half-atom tiling too). Measured on an H100 and an H200 (bench/results): 64-row
     k-tiles win whenever the group allows the pipelines with them; up to 8 rows the
     swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
     layers and lose a few percent on some small ones (fewer warps fit: more registers);
@@ -369,8 +369,8 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
-        # For 8-bit codes the half-atom tiling, else the shared-weights kernel, where it
-        # fits and fills its 256-row tiles (the tuner's pick at every type measured at M =
+        # For 6- and 8-bit codes the half-atom tiling, else the shared-weights kernel,
+        # where it fits and fills its 256-row tiles (the tuner's pick at every type measured at M =
         # 4096); else the first wgmma tiling.
         wide = [s for s in half_atom_tiles(group_size, bits) + shared_weights_tiles(
             group_size) if M >= s.bm]
