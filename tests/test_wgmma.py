@@ -291,9 +291,9 @@ def test_the_quantized_kernel_converts_a_k_tile_while_the_previous_one_multiplie
     assert report[qmm.name].spill_bytes == 0
 
 
-@pytest.mark.parametrize("wdtype", ["int8", "uint8", "f8e5m2"])
+@pytest.mark.parametrize("wdtype", ["int8", "uint8", "f8e5m2", "f6e3m2", "uint6"])
 def test_half_atoms_feed_the_tensor_cores_from_the_conversions_registers(wdtype):
-    """The register-A kernel with half atoms (8-bit codes) in its tuned tiling: a
+    """The register-A kernel with half atoms (6- and 8-bit codes) in its tuned tiling: a
     warpgroup's 64 columns are one m64n256 wgmma whose A operand is registers (the
     converted weights; no shared tile of weights), 4 a k-tile in a loop of 4 k-tiles, kept
     asynchronous by ptxas (no C7513/C7515), without spills."""

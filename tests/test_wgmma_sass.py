@@ -79,7 +79,7 @@ KERNELS = [(f"{name} {wd} wide={wide}", factory, dict(wdtype=wd, wide_stores=wid
 KERNELS += [(f"register-A half atoms {wd} wide={wide}", qmm_wgmma_kernel,
              dict(wdtype=wd, wide_stores=wide, **wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128,
                                                           half_atoms=True).constants()))
-            for wd in ("int8", "f8e4m3") for wide in (False, True)]
+            for wd in ("int8", "f8e4m3", "f6e3m2") for wide in (False, True)]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
             for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
                        {"producer": True, "wide_stores": True, "cluster": 2})]
