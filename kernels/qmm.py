@@ -88,10 +88,11 @@ def storage_order(bits: int) -> np.ndarray:
 
 
 def _pairs_by_half_atom() -> list[int]:
-    """The 16 register pairs of a lane's run (pair i: `ATOM_LAYOUT` registers 2i, 2i + 1;
-    register (kh * 4 + nb) * 4 + j for k-half kh, n-block nb) with half atom 0's (n-blocks
-    0 and 1) first, then half atom 1's."""
-    return [(kh * 4 + 2 * h) * 2 + p for h in range(2) for kh in range(2) for p in range(4)]
+    """The 16 register pairs of a lane's run (pair i: `ATOM_LAYOUT` registers 2i and
+    2i + 1, one mma register), those in the atom's first 16 columns (half atom 0) first,
+    each half in register order."""
+    column = ATOM_LAYOUT.table()[0, ::2, 1]  # of each pair's codes, in lane 0
+    return sorted(range(ATOM // 2), key=lambda i: column[i] // (ATOM // 2))
 
 
 @cache

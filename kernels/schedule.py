@@ -370,8 +370,8 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     # block for wide layers.
     if M >= STAGED_FROM and hopper:
         # For 6- and 8-bit codes the half-atom tiling, else the shared-weights kernel,
-        # where it fits and fills its 256-row tiles (the tuner's pick at every type measured at M =
-        # 4096); else the first wgmma tiling.
+        # where it fits and fills its 256-row tiles (the tuner's pick at every type
+        # measured at M = 4096); else the first wgmma tiling.
         wide = [s for s in half_atom_tiles(group_size, bits) + shared_weights_tiles(
             group_size) if M >= s.bm]
         for tile in wide + [wgmma_tile(WGMMA_TILES[0], group_size)]:
