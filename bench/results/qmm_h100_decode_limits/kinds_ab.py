@@ -10,19 +10,21 @@ atom strides (`exp_kmajor=1`: the same bytes, another order), and that with the 
 conversion. Per kind, the best candidate's median time (write flush, >= 50 runs).
 """
 import json
+import os
 import sys
 from dataclasses import replace
 
 import torch
 
-from tilevm.backend import launch
-from tilevm.bench.ab import build_renamed_with_env
-from tilevm.bench.qmm import SHAPES, Timer
-from tilevm.dtypes import parse
-from tilevm.kernels.matmul import _splitk_buffers
-from tilevm.kernels.qmm import qmm_kernel
-from tilevm.kernels.schedule import candidates
-from tilevm.kernels.weights import quantize
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "qmm_h100_decode_resident_x"))
+from sweep import cells  # noqa: E402  (session 27's cells)
+
+from tilevm.backend import launch  # noqa: E402
+from tilevm.bench.ab import build_renamed_with_env  # noqa: E402
+from tilevm.bench.qmm import Timer  # noqa: E402
+from tilevm.kernels.matmul import _splitk_buffers  # noqa: E402
+from tilevm.kernels.qmm import qmm_kernel  # noqa: E402
+from tilevm.kernels.schedule import candidates  # noqa: E402
 
 build_renamed_with_env("_raw", "TILEVM_EXP_RAW")  # the raw variants' suffix
 
@@ -48,28 +50,21 @@ def main():
     flag, label = FAMILIES[family]
     KINDS = {"base": (0, {}), label: (0, {flag: 1}), f"raw+{label}": (1, {flag: 1})}
     with open(out, "a") as f:
-        for shape in shapes.split(","):
-            N, K = SHAPES[shape]
-            torch.manual_seed(0)
-            w = torch.randn(K, N, device="cuda", dtype=torch.float16)
-            for name in dts.split(","):
-                qw = quantize(w, parse(name), 128, format="fragments")
-                for M in map(int, ms.split(",")):
-                    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-                    cands = [s for s in candidates(M, N, K, 128, hopper=True) if s.fits(K, 128)]
-                    us = {}
-                    for s in cands:
-                        for kind, (raw, flags) in KINDS.items():
-                            us[f"{kind} {s}"] = timer(runner(x, qw, s, raw, flags))[0] * 1e6
-                    best = {kind: min(v for k, v in us.items() if k.split()[0] == kind)
-                            for kind in KINDS}
-                    row = {"shape": shape, "dtype": name, "M": M,
-                           "best": {k: round(v, 2) for k, v in best.items()},
-                           "ratio": {k: round(v / best["base"], 3) for k, v in best.items()},
-                           "us": {k: round(v, 2) for k, v in us.items()}}
-                    print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best", "ratio")}),
-                          flush=True)
-                    f.write(json.dumps(row) + "\n")
+        for shape, N, K, name, qw, M, x in cells(shapes, dts, ms):
+            cands = [s for s in candidates(M, N, K, 128, hopper=True) if s.fits(K, 128)]
+            us = {}
+            for s in cands:
+                for kind, (raw, flags) in KINDS.items():
+                    us[f"{kind} {s}"] = timer(runner(x, qw, s, raw, flags))[0] * 1e6
+            best = {kind: min(v for k, v in us.items() if k.split()[0] == kind)
+                    for kind in KINDS}
+            row = {"shape": shape, "dtype": name, "M": M,
+                   "best": {k: round(v, 2) for k, v in best.items()},
+                   "ratio": {k: round(v / best["base"], 3) for k, v in best.items()},
+                   "us": {k: round(v, 2) for k, v in us.items()}}
+            print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best", "ratio")}),
+                  flush=True)
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
