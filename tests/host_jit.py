@@ -40,12 +40,38 @@ def counted_loop(module: ir.Module, name: str,
     b.ret_void()
 
 
+# LLVM rounds x86 bfloat arithmetic's f32 results to bf16 through the libcall
+# `__truncsfbf2`, which libgcc has only from GCC 13 on: where this process cannot
+# resolve it, MCJIT would call address 0, so the module gets this definition (round to
+# nearest even, NaNs kept quiet).
+TRUNCSFBF2 = """
+define weak bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %magnitude = and i32 %bits, 2147483647
+  %nan = icmp ugt i32 %magnitude, 2139095040
+  %high = lshr i32 %bits, 16
+  %odd = and i32 %high, 1
+  %half = add i32 %odd, 32767
+  %rounded = add i32 %bits, %half
+  %nearest = lshr i32 %rounded, 16
+  %quiet = or i32 %high, 64
+  %chosen = select i1 %nan, i32 %quiet, i32 %nearest
+  %short = trunc i32 %chosen to i16
+  %result = bitcast i16 %short to bfloat
+  ret bfloat %result
+}
+"""
+
+
 def compile_for_host(module: ir.Module) -> llvm.ExecutionEngine:
     """The module compiled for this CPU, with its features (F16C: the host's half
     conversions), ready to call."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    parsed = llvm.parse_assembly(str(module))
+    text = str(module)
+    if llvm.address_of_symbol("__truncsfbf2") is None:
+        text += TRUNCSFBF2
+    parsed = llvm.parse_assembly(text)
     parsed.verify()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
