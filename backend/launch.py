@@ -39,11 +39,21 @@ def build_artifact(program: Program, arch: str) -> cache.Artifact:
 _LOADED: dict[str, runtime.Kernel] = {}  # modules loaded in this process, by cache key
 
 
+def current_arch() -> str:
+    """The target that kernels are compiled for by default: the current device's
+    (`target.native_arch`: sm_90a on sm_90)."""
+    return target.native_arch(runtime.device_arch())
+
+
+def cache_key(program: Program, arch: str) -> cache.CacheKey:
+    """The kernel cache's key of `program` built for `arch`."""
+    return cache.CacheKey(format_program(program), arch)
+
+
 def compiled_kernel(program: Program, arch: str | None = None) -> runtime.Kernel:
-    """The loaded kernel of `program` for `arch` (default: the current device's,
-    `target.native_arch`)."""
-    arch = arch or target.native_arch(runtime.device_arch())
-    key = cache.CacheKey(format_program(program), arch)
+    """The loaded kernel of `program` for `arch` (default: `current_arch()`)."""
+    arch = arch or current_arch()
+    key = cache_key(program, arch)
     digest = key.digest()
     if digest not in _LOADED:
         artifact = cache.get_or_build(key, lambda: build_artifact(program, arch))
