@@ -7,11 +7,11 @@ group_size, format="fragments")`). The result is `[..., N]` in x's type.
 
 Schedules (`kernels.schedule`): with `tune=False` the `default_schedule` is used; with
 `tune=True` (the default) the first call for a (GPU, weight type, group size,
-activation type, zero points, M bucket, N, K) compiles every candidate, times each on
-the GPU (median of several runs, L2 flushed before each, the GPU kept busy by a sleep
-while the host submits the launch, so that the events time the kernels and not the
-host's Python) and keeps the fastest in an
-on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
+activation type, zero points, M bucket, N, K) compiles every candidate (at once, in
+worker processes: `backend.prebuild`), times each on the GPU (median of several runs,
+L2 flushed before each, the GPU kept busy by a sleep while the host submits the launch,
+so that the events time the kernels and not the host's Python) and keeps the fastest
+in an on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
 written atomically); later calls, in this process or another, read it. A progress line
 on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024, 4096, larger) so one
 tuning serves every M of a bucket.
@@ -109,10 +109,10 @@ def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
         _qmm(qw, s, N)(x, wt, y, M, N, K)
         return
     qmm = _qmm(qw, s, N)
-    if s.staged or s.wgmma:
+    if s.staged or s.shared_weights:
         qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
         return
-    ws, counters = _splitk_buffers(x.device, M, N, s)
+    ws, counters = _splitk_buffers(x.device, M, N, s)  # (the kernels that split K)
     qmm(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K)
 
 
@@ -121,34 +121,41 @@ _kernels: dict[tuple[Any, ...], Any] = {}
 
 
 def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
+    """The loaded kernel that schedule `s` runs for these weights and N (for the
+    dequantize-then-multiply pair, its matmul)."""
+    wide = N % 8 == 0 if s.wgmma else None
+    key = (qw.scale_dtype.name, s, wide) if s.dequant else \
+        (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s, wide)
+    loaded = _kernels.get(key)
+    if loaded is None:
+        loaded = _kernels[key] = _compiled(_program(qw, s, N))
+    return loaded
+
+
+def _program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
+    """The program of `_qmm(qw, s, N)`."""
     # The Hopper kernels store y through shared memory, 16 bytes a thread, where its
     # rows are 16-byte aligned (`qmm_wgmma.store_transposed`).
     wide = {"wide_stores": N % 8 == 0} if s.wgmma else {}
+    kernel = schedule_kernel(s, qw.scale_dtype.name)
     if s.dequant:  # the matmul of the dequantized weights: by activation type only
-        key = (qw.scale_dtype.name, s, *wide.values())
-        if key not in _kernels:
-            _kernels[key] = _load(schedule_kernel(s, qw.scale_dtype.name), **s.constants(),
-                                  **wide)
-        return _kernels[key]
-    key = (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s,
-           *wide.values())
-    loaded = _kernels.get(key)
-    if loaded is None:
-        act, wdtype, group_size, has_zeros = key[:4]
-        loaded = _kernels[key] = _load(schedule_kernel(s, act), wdtype=wdtype,
-                                       group_size=group_size, has_zeros=has_zeros,
-                                       **s.constants(), **wide)
-    return loaded
+        return kernel.specialize(**s.constants(), **wide)
+    return kernel.specialize(wdtype=qw.dtype, group_size=qw.group_size,
+                             has_zeros=qw.zeros is not None, **s.constants(), **wide)
 
 
 def _dequantizer(qw: QuantizedWeight) -> Any:
     """The loaded `kernels.qmm_dequant.dequantize_kernel` for these weights."""
     key = ("dequantize", qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None)
     if key not in _kernels:
-        _, act, wdtype, group_size, has_zeros = key
-        _kernels[key] = _load(dequantize_kernel(act), wdtype=wdtype, group_size=group_size,
-                              has_zeros=has_zeros, bk=k_tile(group_size))
+        _kernels[key] = _compiled(_dequantizer_program(qw))
     return _kernels[key]
+
+
+def _dequantizer_program(qw: QuantizedWeight) -> Any:
+    return dequantize_kernel(qw.scale_dtype.name).specialize(
+        wdtype=qw.dtype, group_size=qw.group_size, has_zeros=qw.zeros is not None,
+        bk=k_tile(qw.group_size))
 
 
 def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
@@ -174,7 +181,7 @@ def _splitk_buffers(device: Any, M: int, N: int, s: Schedule) -> tuple[Any, Any]
     ws, counters = _splitk.get(key, (None, None))
     if s.split_k == 1:  # the kernel reads neither: any pointers do
         return (ws, counters) if ws is not None else _splitk_grow(key, 1, 1)
-    floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
+    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
     if ws is None or ws.numel() < floats or counters.numel() < tiles:
         ws, counters = _splitk_grow(key, floats, tiles)
     return ws, counters
@@ -191,12 +198,23 @@ def _splitk_grow(key: tuple[Any, int], floats: int, tiles: int) -> tuple[Any, An
     return _splitk[key]
 
 
-def _load(kernel: Any, **constants: Any) -> Any:
-    """The loaded kernel for these constants (the PTX comes from the on-disk cache after
-    the first process)."""
+def _compiled(program: Any) -> Any:
+    """The loaded kernel of `program` (the PTX comes from the on-disk cache after the
+    first process)."""
     from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
 
-    return compiled_kernel(kernel.specialize(**constants))
+    return compiled_kernel(program)
+
+
+def _prebuild(qw: QuantizedWeight, schedules: list[Schedule], N: int) -> None:
+    """Build the programs of these schedules at once, in worker processes
+    (`backend.prebuild`), so that loading each is a cache hit."""
+    from tilevm.backend.prebuild import prebuild
+
+    programs = [_program(qw, s, N) for s in schedules]
+    if any(s.dequant for s in schedules):
+        programs.append(_dequantizer_program(qw))
+    prebuild(programs)
 
 
 # ---- tuning ------------------------------------------------------------------------------
@@ -270,17 +288,20 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
     start = time.perf_counter()
+    _progress(f"compiling {len(todo)} qmm variants", 0, len(todo))
+    _prebuild(qw, todo, N)
     sleep = getattr(torch.cuda, "_sleep", None)
     hosts = []  # each candidate's host time to submit one call
     for i, s in enumerate(todo):
         _progress(f"tuning qmm {qw.dtype} g{qw.group_size} M={M} N={N} K={K}", i, len(todo))
-        _launch(x, qw, y, s)  # compiles
+        _launch(x, qw, y, s)  # loads it (built above, or here if that failed)
         torch.cuda.synchronize()
         host = time.perf_counter()
         for _ in range(3):
             _launch(x, qw, y, s)
         hosts.append((time.perf_counter() - host) / 3)
         torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start  # (with the loads and the warm-up runs)
     # Timed in rounds, one run of every candidate per round: a drift of the GPU's clocks
     # (it idles while the candidates compile) weighs on all of them alike, not on the
     # first ones timed.
@@ -301,6 +322,7 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     _progress("", len(todo), len(todo))
     best_us, best = min(timings, key=lambda t: t[0])
     return best, {"us": round(best_us, 2), "candidates": len(todo),
+                  "compile_s": round(compile_s, 2),
                   "tuning_s": round(time.perf_counter() - start, 2)}
 
 

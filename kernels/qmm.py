@@ -280,36 +280,55 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         if x_shared:
             tv.copy_async_wait(0)
         if split_k > 1:
-            # Split-K: each block parks its partial sums in the workspace, in its threads'
-            # register order (16-byte accesses), and counts itself in; the last of the
-            # tile's `split_k` blocks adds them all up and stores y (and sets the count
-            # back to zero for the next call).
-            threads = 32 * num_warps
-            regs = bm * bn // threads
-            flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)  # [1, 1, thread, reg]
+            # Split-K (`park_partial_sums`): the last of the tile's `split_k` blocks adds
+            # the parts up, in split order (the same sum whichever block is last) and two
+            # splits at a time (all at once would hold split_k accumulators), stores y
+            # and sets the tile's count back to zero for the next call.
             tiles_n = tv.cdiv(N, bn)
             tiles = tiles_n * tv.cdiv(M, bm)
             tile = tv.block_idx(1) * tiles_n + tv.block_idx(0)
-            gws = tv.global_view(ws, [split_k, tiles, threads, regs])
-            tv.store_global(gws, tv.view(acc, tv.f32, [1, 1, threads, regs], flat),
-                            [tv.block_idx(2), tile, 0, 0])
-            count = tv.global_view(counters, [tiles])
-            arrived = tv.atomic_add(count, [tile], 1)
+            parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
             if arrived == split_k - 1:
-                # In split order (the same sum whichever block is last), two splits at a
-                # time: all at once would hold split_k times the accumulator's registers.
                 total = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
                 for i in tv.range(0, split_k, unroll=2):
-                    part = tv.load_global(gws, [i, tile, 0, 0], [1, 1, threads, regs],
-                                          layout=flat)
-                    total = total + tv.view(part, tv.f32, acc_shape, acc_layout)
+                    total = total + partial_sums(parts, i, tile, acc)
                 _store_y(y, total, act, swap_ab, M, N, n0, m0)
-                tv.store_global(count, tv.zeros([1], tv.int32), [tile])
+                reset_count(counters, tiles, tile)
         else:
             _store_y(y, acc, act, swap_ab, M, N, n0, m0)
 
     qmm.name = f"qmm_{act.name}"
     return qmm
+
+
+def park_partial_sums(ws, counters, acc, split_k: int, tiles, tile):
+    """Split-K's first half, as the kernels that split K share it (a compile-time
+    helper; the reduction's loop and `if` are the kernel's own): this block's f32 partial
+    sums `acc` go to `ws` as split `block_idx(2)` of `tile` (of `tiles`), in the threads'
+    register order (16-byte accesses), and the block counts itself in on
+    `counters[tile]`. Returns the workspace's view `[split_k, tiles, threads, registers]`
+    and how many of the tile's blocks had arrived before this one (the last sees
+    `split_k - 1`)."""
+    threads, regs = acc.layout.num_threads, acc.layout.local_size
+    parts = tv.global_view(ws, [split_k, tiles, threads, regs])
+    flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)  # [1, 1, thread, register]
+    tv.store_global(parts, tv.view(acc, tv.f32, [1, 1, threads, regs], flat),
+                    [tv.block_idx(2), tile, 0, 0])
+    return parts, tv.atomic_add(tv.global_view(counters, [tiles]), [tile], 1)
+
+
+def partial_sums(parts, split, tile, acc):
+    """Split `split`'s parked partial sums of `tile` (`park_partial_sums`), as a tile like
+    the accumulator `acc`."""
+    threads, regs = acc.layout.num_threads, acc.layout.local_size
+    flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)
+    part = tv.load_global(parts, [split, tile, 0, 0], [1, 1, threads, regs], layout=flat)
+    return tv.view(part, tv.f32, list(acc.shape), acc.layout)
+
+
+def reset_count(counters, tiles, tile) -> None:
+    """Split-K's end: the tile's count back to zero, for the next launch."""
+    tv.store_global(tv.global_view(counters, [tiles]), tv.zeros([1], tv.int32), [tile])
 
 
 def rebias_exponent(wdtype: DataType, act: DataType) -> int:
@@ -322,12 +341,13 @@ def rebias_exponent(wdtype: DataType, act: DataType) -> int:
     return e if conversions.takes_exponent(wdtype, act, -e) else 0
 
 
-def splitk_sizes(M: int, N: int, bm: int, num_warps: int, split_k: int) -> tuple[int, int]:
-    """(f32 elements of `ws`, int32 elements of `counters`) that `qmm_kernel` needs for
-    split-K: one counter per output tile, and `split_k` tiles of `bm * 32 * num_warps`
+def splitk_sizes(M: int, N: int, bm: int, bn: int, split_k: int) -> tuple[int, int]:
+    """(f32 elements of `ws`, int32 elements of `counters`) that a kernel splitting K
+    into `split_k` blocks of `bm x bn` tiles needs (`qmm_kernel`, `bn = 32 * num_warps`;
+    `kernels.qmm_wgmma`): one counter per output tile, and `split_k` tiles of `bm * bn`
     partial sums per tile."""
-    tiles = -(-M // bm) * -(-N // (ATOM * num_warps))
-    return split_k * tiles * bm * ATOM * num_warps, tiles
+    tiles = -(-M // bm) * -(-N // bn)
+    return split_k * tiles * bm * bn, tiles
 
 
 def _store_y(y, acc, act, swap_ab: bool, M, N, n0, m0) -> None:

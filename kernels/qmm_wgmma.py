@@ -67,6 +67,9 @@ from tilevm.kernels.qmm import (
     activation_type,
     atom_code_layout,
     fetch_ahead,
+    park_partial_sums,
+    partial_sums,
+    reset_count,
     shift_ahead,
 )
 from tilevm.layouts import RegisterLayout, local, spatial
@@ -84,11 +87,12 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
     @tv.kernel(num_warps=4)
     def qmm_wgmma(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
                   scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
-                  y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
+                  y: tv.ptr(act), ws: tv.ptr(tv.f32), counters: tv.ptr(tv.int32),
+                  M: tv.int32, N: tv.int32, K: tv.int32,
                   *, wdtype: DataType = tv.int4, group_size: int = 128,
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
-                  wide_stores: bool = False, half_atoms: bool = False):
+                  wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -105,13 +109,25 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
         tv.static_assert(not half_atoms or b % 2 == 0,
                          f"half_atoms takes codes of an even width, got {wdtype}")
+        chunk = stages * bk  # rows of K per iteration of the main loop
+        tv.static_assert(split_k == 1 or chunk % group_size == 0,
+                         f"split_k={split_k} splits K into whole iterations of {chunk} rows "
+                         f"(stages * bk), which must be whole groups of {group_size}")
         warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
         bn = warp_n * num_warps
         atoms = bn // ATOM
         lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                     group_size, group_m, lane_run)
+                                                     group_size, group_m, lane_run, split_k)
         atom_n0 = n_tile * atoms
+        # With split_k, split z takes iterations [z * C / split_k, (z + 1) * C / split_k)
+        # of the C = ceil(K / chunk) (splits differ by at most one); the views stay whole
+        # (the copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
+        k_begin, k_len = 0, K
+        if split_k > 1:
+            iterations = tv.cdiv(K, chunk)
+            k_begin = tv.block_idx(2) * iterations // split_k * chunk
+            k_len = (tv.block_idx(2) + 1) * iterations // split_k * chunk - k_begin
 
         # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
         # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
@@ -131,20 +147,22 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         acc_layout = spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c()
         xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
 
-        codes_at = lambda k: tv.load_global(  # noqa: E731
-            gw, [k // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile, layout=byte_layout)
+        codes_at = lambda k: tv.load_global(  # noqa: E731  (k: of this split's rows)
+            gw, [(k_begin + k) // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile,
+            layout=byte_layout)
         xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
         # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
         # from shared memory where the weights are scaled (no global latency there).
         ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
         zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
         for first in range(lead):  # (not `s`: a runtime loop would carry it)
-            _copy_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, m0, n0, group_size)
+            _copy_ktile(xs, ss, zs, first, gxt, gs, gz, k_begin + first * bk, m0, n0,
+                        group_size)
             tv.copy_async_commit()
         w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
         scale_layout = a_layout.reduce(1)
-        for k0 in tv.range(0, K, stages * bk):
+        for k0 in tv.range(0, k_len, chunk):
             for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
                 k = k0 + s * bk if s else k0
                 packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
@@ -158,12 +176,26 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                     wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
                 wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
                 _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
-                            k + lead * bk, m0, n0, group_size)
+                            k_begin + k + lead * bk, m0, n0, group_size)
                 tv.copy_async_commit()
                 acc = tv.dot(wt, xs[s], acc)
         tv.copy_async_wait(0)
-        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps,
-                         (*xs, *ss, *(zs or ())), wide_stores)
+        buffers = (*xs, *ss, *(zs or ()))
+        if split_k > 1:  # as in `kernels.qmm` (`park_partial_sums`)
+            tiles_n = tv.cdiv(N, bn)
+            tiles = tiles_n * tv.cdiv(M, bm)
+            tile = m0 // bm * tiles_n + n_tile
+            parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
+            if arrived == split_k - 1:
+                total = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+                for i in tv.range(0, split_k):
+                    total = total + partial_sums(parts, i, tile, acc)
+                store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
+                                 buffers, wide_stores)
+                reset_count(counters, tiles, tile)
+        else:
+            store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
+                             wide_stores)
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
@@ -181,7 +213,8 @@ def half_atom_code_layout(bits: int) -> RegisterLayout:
 
 
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
-               group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None):
+               group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
+               split_k: int = 1):
     """The launch grid and this block's tile, as the prefill kernels share them (a
     compile-time helper): (column tile, its first column n0, first row m0, and the views
     x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
@@ -190,7 +223,7 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
     Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
-    tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+    tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
     n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
     n0, m0 = n_tile * bn, m_tile * bm
     gxt = tv.global_view(x, [K, M], strides=[1, K])

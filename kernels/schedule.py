@@ -19,7 +19,9 @@ operand through `stages` shared-memory buffers: prefill); it takes none of `spli
 Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
-`stages`, `lead` and `prefetch` (k-tiles of weight codes in flight in registers, 1..4).
+`stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4) and
+`split_k` (blocks along K in whole loop iterations, their partial sums added by the last
+as in the streaming kernel: 33..256 rows, where one row tile is too few blocks).
 With `half_atoms` (even widths) each warp converts 16 columns instead of 32, so that a
 warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
 converted once per 256 rows, straight from registers). With `shared_weights` it is
@@ -47,10 +49,11 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time;
 # 7: odd widths' codes paired 16 bits apart, which moved their kernels' times; 8: the
 # dequantize-then-multiply pair; 9: the wgmma kernel with half atoms for 8-bit codes; 10:
-# and for 6-bit codes, with each half atom's codes one run of a lane's bytes), so
+# and for 6-bit codes, with each half atom's codes one run of a lane's bytes; 11: its K
+# split between 33 and 256 rows on Hopper, and no 64-row tiles of the streaming kernel), so
 # problems tuned over an older space are tuned again instead of keeping a winner among
 # fewer (or other) kernels.
-SPACE_VERSION = 10
+SPACE_VERSION = 11
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -79,11 +82,16 @@ class Schedule:
             raise ValueError(f"a schedule selects one kernel, staged or wgmma: {self!r}")
         many_rows = self.staged or self.wgmma
         prefetch = 1 if self.wgmma else self.prefetch  # (the wgmma kernels' own)
-        if many_rows and (self.split_k, self.x_shared, prefetch, self.swap_ab,
+        split_k = 1 if self.wgmma else self.split_k  # (the register-A kernel's own)
+        if many_rows and (split_k, self.x_shared, prefetch, self.swap_ab,
                           self.unroll) != (1, True, 1, False, 1):
             raise ValueError(f"a {'staged' if self.staged else 'wgmma'} schedule takes bm, "
                              f"bk, num_warps{', warps_m' if self.staged else ''}, stages"
-                             f"{', lead, prefetch' if self.wgmma else ''} only, got {self!r}")
+                             f"{', lead, prefetch, split_k' if self.wgmma else ''} only, "
+                             f"got {self!r}")
+        if self.split_k > 1 and (self.shared_weights or self.dequant):
+            raise ValueError(f"split_k is the register-A wgmma kernel's (no shared_weights "
+                             f"or dequant), got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -114,7 +122,8 @@ class Schedule:
             table = dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                          stages=self.stages, lead=self.lead, prefetch=self.prefetch)
             return table | ({"producer": self.producer} if self.producer else {}) \
-                | ({"half_atoms": True} if self.half_atoms else {})
+                | ({"half_atoms": True} if self.half_atoms else {}) \
+                | ({"split_k": self.split_k} if self.split_k > 1 else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
                      "dequant", "producer", "half_atoms"):
@@ -140,6 +149,12 @@ class Schedule:
                     return False
                 return (self.dequant or columns % 64 == 0) \
                     and 1 <= self.lead <= self.stages - 2 <= 4
+            if self.split_k > 1:  # whole iterations of whole groups a split; the last
+                # block's sum holds two tiles of partial sums: at most 64 a thread each
+                chunk = self.stages * self.bk
+                if chunk % group_size or self.split_k > K // chunk or \
+                        self.bm * self.block_columns > 64 * 32 * self.num_warps:
+                    return False
             return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
@@ -150,6 +165,13 @@ class Schedule:
             return False
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
+    @property
+    def block_columns(self) -> int:
+        """Columns of y a block of the kernels that split K computes (`bn`: the
+        streaming kernel's and the register-A wgmma kernel's): 32 a warp, 16 with half
+        atoms."""
+        return (16 if self.half_atoms else 32) * self.num_warps
+
     def __str__(self) -> str:
         if self.wgmma:
             kind = " shared_weights" if self.shared_weights else " dequant" if self.dequant \
@@ -158,7 +180,8 @@ class Schedule:
                     f"bk={self.bk} warps={self.num_warps} stages={self.stages}"
                     f"{f' lead={self.lead}' if self.lead else ''}"
                     f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
-                    f"{f' producer={self.producer}' if self.producer else ''}")
+                    f"{f' producer={self.producer}' if self.producer else ''}"
+                    f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -223,6 +246,14 @@ WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
 # 0.96-1.02x on gate_up); for 2- and 4-bit codes, whose conversions are cheaper, it was
 # 1.00-1.06x slower (bench/results/qmm_h100_prefill_half_atoms_even/).
 HALF_ATOM_BITS = (6, 8)
+# Between decode and prefill (33..256 rows) on Hopper, the register-A wgmma kernel with
+# K split (bm, num_warps, half_atoms; 4 stages, x two k-tiles ahead, the codes two): on
+# layers with few column tiles (down) one row tile is too few blocks for the GPU. H100,
+# M = 64 and 256, 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, against the
+# candidates before it (the streaming kernel then won at 64 rows and on 8B down at 256):
+# 0.63-0.93x the time on down at both M, 0.90-1.04x on 70B qkv at 64 rows; at 256 rows on
+# 70B qkv the 256-row tilings stay 1.2-1.6x faster (bench/results/qmm_h100_mid_m_splitk/).
+MIDDLE_TILES = ((64, 4, False), (64, 8, True), (128, 8, True))
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
 # shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
 # W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
@@ -243,12 +274,12 @@ def dequant_workspace(N: int, K: int) -> int:
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
           prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
-          half_atoms: bool = False) -> Schedule:
+          half_atoms: bool = False, split_k: int = 1) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
-    `half_atoms` 16 columns a warp; or with `shared_weights` `kernels.qmm_wgmma_shared`,
-    whose weights a converting producer warpgroup of `producer` registers a thread
-    converts when nonzero)."""
-    return Schedule(bm, k_tile(group_size), num_warps, wgmma=True, stages=stages,
+    `half_atoms` 16 columns a warp, K split `split_k` ways; or with `shared_weights`
+    `kernels.qmm_wgmma_shared`, whose weights a converting producer warpgroup of
+    `producer` registers a thread converts when nonzero)."""
+    return Schedule(bm, k_tile(group_size), num_warps, split_k, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
                     producer=producer, half_atoms=half_atoms)
 
@@ -269,6 +300,17 @@ def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
             if bits in HALF_ATOM_BITS]
 
 
+def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
+    """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, the
+    128-row one from 65 rows and the half-atom ones for even widths), each with K split
+    1, 2, 4 and 8 ways."""
+    return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
+                  split_k=split)
+            for bm, warps, half in MIDDLE_TILES
+            if (bm <= 64 or M > 64) and (not half or (bits or 1) % 2 == 0)
+            for split in (1, 2, 4, 8)]
+
+
 def shared_weights_tiles(group_size: int) -> list[Schedule]:
     """The shared-weights kernel's tilings (`WGMMA_SHARED_TILES`) for this group size:
     none where its k-tiles would be 32 rows (256 columns, 256 accumulators a thread)."""
@@ -277,12 +319,15 @@ def shared_weights_tiles(group_size: int) -> list[Schedule]:
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
-    """Values of `bm` worth trying for M rows."""
+    """Values of `bm` worth trying for M rows (the streaming kernel). Not 64: its
+    accumulators, partial sums and x fragments take more than 255 registers a thread
+    (ptxas 13.0: 1.3-1.6 KB of spills on sm_90a, at every width), and at M = 64 it took
+    16x the time of two 32-row tiles (H100, `bench/results/qmm_h100_mid_m_splitk/`)."""
     if M <= 16:
         return (16,)
     if M <= 32:
         return (16, 32)
-    return (32, 64)
+    return (32,)
 
 
 def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
@@ -295,9 +340,13 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
     layers and lose a few percent on some small ones (fewer warps fit: more registers);
     from 4096 rows on an H100 the wgmma kernel beat the staged one at every type
     measured (by 1.3 to 1.8x), so there it is the only one timed; above 256 rows the
-    dequantize-then-multiply pair too, where its workspace fits the limit."""
+    dequantize-then-multiply pair too, where its workspace fits the limit. Between
+    (33..256 rows) on Hopper, the register-A wgmma kernel with K split (`middle_tiles`),
+    beside the streaming kernel up to 64 rows and the 256-row tilings above."""
     bk = k_tile(group_size)
     found = []
+    if hopper and 32 < M <= 256:  # the register-A kernel with K split: in between
+        found += [s for s in middle_tiles(M, group_size, bits) if s.fits(K, group_size)]
     if M > 64 and hopper:
         shared = [s for s in shared_weights_tiles(group_size) if s.fits(K, group_size)]
         beside = WGMMA_TILES_BESIDE_SHARED if shared else WGMMA_TILES
@@ -306,6 +355,8 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
                                   if s.fits(K, group_size)]
         if M > 256 and dequant_workspace(N, K) <= DEQUANT_WORKSPACE_LIMIT:
             found += [s for s in (dequant_schedule(),) if s.fits(K, group_size)]
+    if hopper and 64 < M <= 256:
+        return list(dict.fromkeys(found))  # the staged and streaming kernels lost there
     if M > 64 and not (hopper and M > 256 and found):
         found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
     if M > 256:

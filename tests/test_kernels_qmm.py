@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -117,17 +118,17 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
     constants = dict(wdtype=qw.dtype, group_size=qw.group_size,
                      has_zeros=qw.zeros is not None, **s.constants())
     y = np.full((M, N), np.nan, np.float16)
-    if s.staged or s.wgmma:
-        if s.wgmma:  # as `kernels.matmul` launches them
-            constants["wide_stores"] = N % 8 == 0
+    if s.wgmma:  # as `kernels.matmul` launches them
+        constants["wide_stores"] = N % 8 == 0
+    if s.staged or s.shared_weights:
         schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                      **constants)
         return y
-    floats, tiles = splitk_sizes(M, N, s.bm, s.num_warps, s.split_k)
+    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
     ws = np.full(floats, np.nan, np.float32)
     counters = np.zeros(tiles, np.int32)
-    qmm_kernel("f16").interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
-                                **constants)
+    schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
+                                 **constants)
     assert not counters.any()  # left at zero for the next call
     return y
 
@@ -194,10 +195,26 @@ def _tolerance(x, qw, ref) -> float:
     ("f6e3m2", False, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
     ("uint6", True, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
     ("uint2", True, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 33, 136),
+    # the register-A kernel with K split: 4 loop iterations of 128 rows in 2 blocks, in 3
+    # (1, 1, 2), and in 4 with half atoms and zero points (each block parks its partial
+    # sums, the last adds them and stores y)
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=2, split_k=2), 40, 200),
+    ("f6e3m2", False, wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3), 17, 72),
+    ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4),
+     33, 136),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
     x, qw, ref = _problem(wdtype, M, N, K, g, zeros)
+    y = _interpret(x, qw, s)
+    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+
+
+def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
+    """K = 576: 4.5 iterations of 128 rows; the last of 3 splits (1, 1, 2 iterations and
+    a half) runs past K, where the copies read zeros and the codes' loads nothing."""
+    s = wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3)
+    x, qw, ref = _problem("int3", 9, 40, 576, 64, False, seed=1)
     y = _interpret(x, qw, s)
     assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
 
@@ -415,6 +432,23 @@ def test_gpu_half_atoms(wdtype, act, zeros):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)),
+    ("int3", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=3)),
+    ("uint4", "f16", True, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=8)),
+    ("f6e3m2", "bf16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                    split_k=2)),
+    ("uint8", "f16", True, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                 split_k=4))])
+def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
+    """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
+    (16.5 of 256 rows); the second call finds the tile counters back at zero."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
+
+
+@pytest.mark.gpu
 def test_gpu_dequant_pair():
     """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
     k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
@@ -503,7 +537,18 @@ def test_wgmma_schedules():
     assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
     assert not Schedule(264, 64, 4, wgmma=True, stages=2).fits(4096, 128)  # wgmma's N
     with pytest.raises(ValueError, match="wgmma schedule takes"):
-        Schedule(128, 64, 4, wgmma=True, split_k=2)
+        Schedule(128, 64, 4, wgmma=True, x_shared=False)
+    # Split-K: the register-A kernel's, in whole iterations of whole groups, where the
+    # last block's sum fits (two tiles of at most 64 partial sums a thread).
+    split = wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)
+    assert str(split) == "wgmma bm=64 bk=64 warps=4 stages=4 lead=2 prefetch=2 split_k=4"
+    assert split.constants()["split_k"] == 4 and split.block_columns == 128
+    assert split.fits(4096, 128) and not split.fits(4096, 512)  # 256-row iterations
+    assert not replace(split, split_k=17).fits(4096, 128)  # 16 iterations
+    assert not wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
+    assert wgmma(128, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 64
+    with pytest.raises(ValueError, match="split_k is the register-A"):
+        wgmma(256, 8, 4, 128, lead=2, shared_weights=True, split_k=2)
     with pytest.raises(ValueError, match="one kernel"):
         Schedule(128, 64, 4, wgmma=True, staged=True)
     # Prefill on Hopper: the wgmma kernel only (it beat the staged one at every type
@@ -539,6 +584,31 @@ def test_wgmma_schedules():
         assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits) == shared
     assert default_schedule(128, 12288, 4096, 128, hopper=True, bits=8) == \
         wgmma_tile(WGMMA_TILES[0], 128)
+
+
+def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
+    """33..256 rows on Hopper: the register-A wgmma kernel with K split 1, 2, 4, 8 ways
+    (half atoms for even widths, 128-row tiles from 65 rows), beside the streaming
+    kernel's 32-row tiles up to 64 rows and the 256-row tilings above; elsewhere no
+    wgmma kernel splits K."""
+    for bits, tilings in ((4, 2), (3, 1)):
+        found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
+        split = [s for s in found if s.wgmma]
+        assert len(split) == 4 * tilings and {s.split_k for s in split} == {1, 2, 4, 8}
+        assert all(s.bm == 64 and s.half_atoms == (s.num_warps == 8) for s in split)
+        assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
+        assert len(found) <= 20
+    found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
+    assert all(s.wgmma for s in found) and len(found) <= 20
+    assert {s.bm for s in found if s.split_k > 1} == {64, 128}
+    assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
+    assert any(s.shared_weights for s in found)
+    assert not any(s.wgmma and s.split_k > 1 for M in (1, 16, 4096)
+                   for s in candidates(M, 4096, 14336, 128, hopper=True, bits=4))
+    assert not any(s.wgmma for s in candidates(64, 4096, 14336, 128, bits=4))
+    # a split takes whole iterations of whole groups: none with 512-row groups
+    assert not any(s.wgmma and s.split_k > 1
+                   for s in candidates(64, 4096, 14336, 512, hopper=True))
 
 
 def test_half_atoms_take_codes_of_even_widths_only():
