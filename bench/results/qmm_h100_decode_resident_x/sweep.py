@@ -64,6 +64,31 @@ def cells(shapes: str, dtypes: str, ms: str):
                                                             dtype=torch.float16)
 
 
+def against_tuned(argv: list[str], base, grid, kind: str) -> None:
+    """`OUT.jsonl SHAPES DTYPES MS`: per cell, the schedules `base(M, N, K, bits)` (the
+    tuner's, "tuned") and then `grid(M, bits)` (`kind`) timed with `time_grid`; a row per
+    cell with each kind's best and the ratio of their times (sessions 34 and 35)."""
+    out, shapes, dtypes, ms = argv[:4]
+    timer = Timer(min_reps=50)
+    with open(out, "a") as f:
+        for shape, N, K, name, qw, M, x in cells(shapes, dtypes, ms):
+            bits = parse(name).bits
+            tuned = base(M, N, K, bits)
+            tried = [s for s in grid(M, bits) if s.fits(K, 128) and s not in tuned]
+            us, close = time_grid(timer, qw, x, N, K, tuned + tried)
+            kinds = {"tuned": [str(s) for s in tuned], kind: [str(s) for s in tried]}
+            best = {k: min((s for s in v if s in us), key=us.get) for k, v in kinds.items()}
+            row = {"shape": shape, "dtype": name, "M": M, "best": best,
+                   "best_us": {k: us[s] for k, s in best.items()},
+                   "ratio": round(us[best[kind]] / us[best["tuned"]], 3),
+                   "us": us, "close": close}
+            print(json.dumps({k: row[k] for k in ("shape", "dtype", "M", "best", "best_us",
+                                                  "ratio")}),
+                  "all close" if all(close.values()) else
+                  f"MISMATCH {[s for s, c in close.items() if not c]}", flush=True)
+            f.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     out, shapes, dtypes, ms = sys.argv[1:5]
     timer = Timer(min_reps=50)
