@@ -150,10 +150,10 @@ class Schedule:
                 return (self.dequant or columns % 64 == 0) \
                     and 1 <= self.lead <= self.stages - 2 <= 4
             if self.split_k > 1:  # whole iterations of whole groups a split; the last
-                # block's sum holds two tiles of partial sums: at most 64 a thread each
+                # block's sum holds two tiles of partial sums: at most 128 a thread each
                 chunk = self.stages * self.bk
                 if chunk % group_size or self.split_k > K // chunk or \
-                        self.bm * self.block_columns > 64 * 32 * self.num_warps:
+                        self.bm * self.block_columns > 128 * 32 * self.num_warps:
                     return False
             return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages
         if self.staged:
@@ -254,6 +254,13 @@ HALF_ATOM_BITS = (6, 8)
 # 0.63-0.93x the time on down at both M, 0.90-1.04x on 70B qkv at 64 rows; at 256 rows on
 # 70B qkv the 256-row tilings stay 1.2-1.6x faster (bench/results/qmm_h100_mid_m_splitk/).
 MIDDLE_TILES = ((64, 4, False), (64, 8, True), (128, 8, True))
+# From 65 rows, also the wide tilings (bm, num_warps, half_atoms) with K split in two:
+# their 128 partial sums a thread fit beside the accumulator (ptxas 13.0: 254 registers,
+# no spills, but int8's 128 x 128 tile: 48 bytes). H100, M = 256, against the candidates
+# before them: 70B down 0.81-0.86x the time (int4 248 -> 204 us, cuBLAS 197), 8B down int4
+# 0.94x; 1.1-1.6x on 70B qkv and o and the other 8B down types, where they are not picked
+# (bench/results/qmm_h100_mid_m_splitk/wide.jsonl).
+WIDE_SPLIT_TILES = ((128, 4, False), (256, 8, True))
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
 # shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
 # W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
@@ -301,14 +308,17 @@ def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
 
 
 def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
-    """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, the
-    128-row one from 65 rows and the half-atom ones for even widths), each with K split
-    1, 2, 4 and 8 ways."""
-    return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
-                  split_k=split)
-            for bm, warps, half in MIDDLE_TILES
-            if (bm <= 64 or M > 64) and (not half or (bits or 1) % 2 == 0)
-            for split in (1, 2, 4, 8)]
+    """The register-A wgmma kernel's tilings for 33..256 rows: `MIDDLE_TILES` (the
+    128-row one from 65 rows), each with K split 1, 2, 4 and 8 ways, and from 65 rows
+    `WIDE_SPLIT_TILES` with K split in two; half-atom tilings for even widths only."""
+    def tiles(table, splits):
+        return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
+                      split_k=split)
+                for bm, warps, half in table
+                if (bm <= 64 or M > 64) and (not half or (bits or 1) % 2 == 0)
+                for split in splits]
+
+    return tiles(MIDDLE_TILES, (1, 2, 4, 8)) + tiles(WIDE_SPLIT_TILES, (2,))
 
 
 def shared_weights_tiles(group_size: int) -> list[Schedule]:

@@ -439,7 +439,11 @@ def test_gpu_half_atoms(wdtype, act, zeros):
     ("f6e3m2", "bf16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                     split_k=2)),
     ("uint8", "f16", True, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
-                                 split_k=4))])
+                                 split_k=4)),
+    # the wide tilings, 128 partial sums a thread
+    ("int2", "bf16", False, wgmma(256, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  split_k=2)),
+    ("uint3", "f16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, split_k=2))])
 def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
     (16.5 of 256 rows); the second call finds the tile counters back at zero."""
@@ -545,8 +549,9 @@ def test_wgmma_schedules():
     assert split.constants()["split_k"] == 4 and split.block_columns == 128
     assert split.fits(4096, 128) and not split.fits(4096, 512)  # 256-row iterations
     assert not replace(split, split_k=17).fits(4096, 128)  # 16 iterations
-    assert not wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
-    assert wgmma(128, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 64
+    assert wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
+    assert not wgmma(256, 4, 4, 128, split_k=2).fits(4096, 128)  # 256
+    assert wgmma(256, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 128
     with pytest.raises(ValueError, match="split_k is the register-A"):
         wgmma(256, 8, 4, 128, lead=2, shared_weights=True, split_k=2)
     with pytest.raises(ValueError, match="one kernel"):
@@ -600,7 +605,9 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
         assert len(found) <= 20
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
     assert all(s.wgmma for s in found) and len(found) <= 20
-    assert {s.bm for s in found if s.split_k > 1} == {64, 128}
+    assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
+    assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
+                                                                      (64, True), (128, True)}
     assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
     assert any(s.shared_weights for s in found)
     assert not any(s.wgmma and s.split_k > 1 for M in (1, 16, 4096)
