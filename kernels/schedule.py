@@ -247,20 +247,28 @@ WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
 # 1.00-1.06x slower (bench/results/qmm_h100_prefill_half_atoms_even/).
 HALF_ATOM_BITS = (6, 8)
 # Between decode and prefill (33..256 rows) on Hopper, the register-A wgmma kernel with
-# K split (bm, num_warps, half_atoms; 4 stages, x two k-tiles ahead, the codes two): on
-# layers with few column tiles (down) one row tile is too few blocks for the GPU. H100,
-# M = 64 and 256, 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, against the
-# candidates before it (the streaming kernel then won at 64 rows and on 8B down at 256):
-# 0.63-0.93x the time on down at both M, 0.90-1.04x on 70B qkv at 64 rows; at 256 rows on
-# 70B qkv the 256-row tilings stay 1.2-1.6x faster (bench/results/qmm_h100_mid_m_splitk/).
-MIDDLE_TILES = ((64, 4, False), (64, 8, True), (128, 8, True))
-# From 65 rows, also the wide tilings (bm, num_warps, half_atoms) with K split in two:
-# their 128 partial sums a thread fit beside the accumulator (ptxas 13.0: 254 registers,
-# no spills, but int8's 128 x 128 tile: 48 bytes). H100, M = 256, against the candidates
-# before them: 70B down 0.81-0.86x the time (int4 248 -> 204 us, cuBLAS 197), 8B down int4
-# 0.94x; 1.1-1.6x on 70B qkv and o and the other 8B down types, where they are not picked
-# (bench/results/qmm_h100_mid_m_splitk/wide.jsonl).
-WIDE_SPLIT_TILES = ((128, 4, False), (256, 8, True))
+# K split: (bm, num_warps, half_atoms, splits), 4 stages, x and the codes two k-tiles
+# ahead, for up to 64 and up to 256 rows; half atoms for even widths. On layers
+# with few column tiles (down, o) one row tile is too few blocks for the GPU. H100
+# (bench/results/qmm_h100_mid_m_splitk/), against the candidates before them:
+# - 64 x 128, 64 x 128 and 128 x 128 with half atoms (8 warps), split 1-8: M = 64 and
+#   256 on 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, 0.63-0.93x the time on down,
+#   0.90-1.04x on 70B qkv at 64 rows (`splitk.jsonl`);
+# - the wide tiles split in two (128 partial sums a thread beside the accumulator's 128:
+#   254 registers, no spills but int8's 128 x 128: 48 bytes): 70B down at 256 rows
+#   0.81-0.86x the time (`wide.jsonl`);
+# - one warpgroup of half atoms (64 columns a block) beat the 8-warp half-atom tiles on
+#   8B down and o, 70B o and qkv: at 64 rows 64 x 64 split 2 or 4 best in 10 of 12 cells
+#   (0.87-0.98x the time), at 256 rows 256 x 64 (split 1 or 2) or 128 x 64 best but on
+#   70B qkv (`narrow.jsonl`); so the 8-warp ones are gone but 64 x 128 without a split,
+#   the official run's pick on 8B qkv (int8, f6e3m2) and 70B gate_up (f6e3m2) at 64 rows,
+#   which the narrow sweep did not time.
+# At 256 rows on 70B qkv the 256-row tilings without a split stay 1.2-1.6x faster.
+MIDDLE_TILES = (  # (up to M rows, tilings)
+    (64, ((64, 4, False, (1, 2, 4, 8)), (64, 4, True, (1, 2, 4, 8)), (64, 8, True, (1,)))),
+    (256, ((64, 4, False, (1, 2, 4, 8)), (64, 4, True, (1, 2, 4, 8)),
+           (128, 4, True, (1, 2, 4, 8)), (128, 4, False, (2,)), (256, 4, True, (1, 2)),
+           (256, 8, True, (2,)))))
 # The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
 # shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
 # W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
@@ -308,17 +316,13 @@ def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
 
 
 def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
-    """The register-A wgmma kernel's tilings for 33..256 rows: `MIDDLE_TILES` (the
-    128-row one from 65 rows), each with K split 1, 2, 4 and 8 ways, and from 65 rows
-    `WIDE_SPLIT_TILES` with K split in two; half-atom tilings for even widths only."""
-    def tiles(table, splits):
-        return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
-                      split_k=split)
-                for bm, warps, half in table
-                if (bm <= 64 or M > 64) and (not half or (bits or 1) % 2 == 0)
-                for split in splits]
-
-    return tiles(MIDDLE_TILES, (1, 2, 4, 8)) + tiles(WIDE_SPLIT_TILES, (2,))
+    """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, half atoms
+    for even widths only), with their K splits."""
+    table = next((tiles for rows, tiles in MIDDLE_TILES if M <= rows), ())
+    return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
+                  split_k=split)
+            for bm, warps, half, splits in table if not half or (bits or 1) % 2 == 0
+            for split in splits]
 
 
 def shared_weights_tiles(group_size: int) -> list[Schedule]:

@@ -443,7 +443,12 @@ def test_gpu_half_atoms(wdtype, act, zeros):
     # the wide tilings, 128 partial sums a thread
     ("int2", "bf16", False, wgmma(256, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                   split_k=2)),
-    ("uint3", "f16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, split_k=2))])
+    ("uint3", "f16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, split_k=2)),
+    # one warpgroup of half atoms: 64 columns a block
+    ("f6e3m2", "f16", False, wgmma(256, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                   split_k=2)),
+    ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  split_k=4))])
 def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
     (16.5 of 256 rows); the second call finds the tile counters back at zero."""
@@ -592,15 +597,17 @@ def test_wgmma_schedules():
 
 
 def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
-    """33..256 rows on Hopper: the register-A wgmma kernel with K split 1, 2, 4, 8 ways
-    (half atoms for even widths, 128-row tiles from 65 rows), beside the streaming
-    kernel's 32-row tiles up to 64 rows and the 256-row tilings above; elsewhere no
-    wgmma kernel splits K."""
+    """33..256 rows on Hopper: the register-A wgmma kernel with K split (`MIDDLE_TILES`:
+    half atoms for even widths, tiles of more than 64 rows from 65 rows), beside the
+    streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
+    elsewhere no wgmma kernel splits K."""
     for bits, tilings in ((4, 2), (3, 1)):
         found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
-        split = [s for s in found if s.wgmma]
+        split = [s for s in found if s.wgmma and s.num_warps == 4]
         assert len(split) == 4 * tilings and {s.split_k for s in split} == {1, 2, 4, 8}
-        assert all(s.bm == 64 and s.half_atoms == (s.num_warps == 8) for s in split)
+        assert all(s.bm == 64 for s in found if s.wgmma)
+        assert {s.half_atoms for s in split} == ({False, True} if bits == 4 else {False})
+        assert [s.split_k for s in found if s.num_warps == 8] == ([1] if bits == 4 else [])
         assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
         assert len(found) <= 20
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
@@ -608,6 +615,7 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
     assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
                                                                       (64, True), (128, True)}
+    assert len(candidates(256, 4096, 14336, 128, hopper=True, bits=3)) <= 8
     assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
     assert any(s.shared_weights for s in found)
     assert not any(s.wgmma and s.split_k > 1 for M in (1, 16, 4096)
