@@ -123,7 +123,7 @@ _kernels: dict[tuple[Any, ...], Any] = {}
 def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
     """The loaded kernel that schedule `s` runs for these weights and N (for the
     dequantize-then-multiply pair, its matmul)."""
-    wide = N % 8 == 0 if s.wgmma else None
+    wide = tuple(_wide_stores(s, N).items())
     key = (qw.scale_dtype.name, s, wide) if s.dequant else \
         (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s, wide)
     loaded = _kernels.get(key)
@@ -134,14 +134,18 @@ def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
 
 def _program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
     """The program of `_qmm(qw, s, N)`."""
-    # The Hopper kernels store y through shared memory, 16 bytes a thread, where its
-    # rows are 16-byte aligned (`qmm_wgmma.store_transposed`).
-    wide = {"wide_stores": N % 8 == 0} if s.wgmma else {}
+    wide = _wide_stores(s, N)
     kernel = schedule_kernel(s, qw.scale_dtype.name)
     if s.dequant:  # the matmul of the dequantized weights: by activation type only
         return kernel.specialize(**s.constants(), **wide)
     return kernel.specialize(wdtype=qw.dtype, group_size=qw.group_size,
                              has_zeros=qw.zeros is not None, **s.constants(), **wide)
+
+
+def _wide_stores(s: Schedule, N: int) -> dict[str, bool]:
+    """The Hopper kernels' `wide_stores` constant: y goes through shared memory, 16 bytes
+    a thread, where its rows are 16-byte aligned (`qmm_wgmma.store_transposed`)."""
+    return {"wide_stores": N % 8 == 0} if s.wgmma else {}
 
 
 def _dequantizer(qw: QuantizedWeight) -> Any:

@@ -251,9 +251,9 @@ HALF_ATOM_BITS = (6, 8)
 # ahead, for up to 64 and up to 256 rows; half atoms for even widths. On layers
 # with few column tiles (down, o) one row tile is too few blocks for the GPU. H100
 # (bench/results/qmm_h100_mid_m_splitk/), against the candidates before them:
-# - 64 x 128, 64 x 128 and 128 x 128 with half atoms (8 warps), split 1-8: M = 64 and
-#   256 on 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, 0.63-0.93x the time on down,
-#   0.90-1.04x on 70B qkv at 64 rows (`splitk.jsonl`);
+# - 64 x 128 (4 warps), and 64 x 128 and 128 x 128 of half atoms (8 warps), split 1-8:
+#   M = 64 and 256 on 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, 0.63-0.93x the
+#   time on down, 0.90-1.04x on 70B qkv at 64 rows (`splitk.jsonl`);
 # - the wide tiles split in two (128 partial sums a thread beside the accumulator's 128:
 #   254 registers, no spills but int8's 128 x 128: 48 bytes): 70B down at 256 rows
 #   0.81-0.86x the time (`wide.jsonl`);

@@ -548,7 +548,7 @@ def test_wgmma_schedules():
     with pytest.raises(ValueError, match="wgmma schedule takes"):
         Schedule(128, 64, 4, wgmma=True, x_shared=False)
     # Split-K: the register-A kernel's, in whole iterations of whole groups, where the
-    # last block's sum fits (two tiles of at most 64 partial sums a thread).
+    # last block's sum fits (two tiles of at most 128 partial sums a thread).
     split = wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)
     assert str(split) == "wgmma bm=64 bk=64 warps=4 stages=4 lead=2 prefetch=2 split_k=4"
     assert split.constants()["split_k"] == 4 and split.block_columns == 128

@@ -16,7 +16,7 @@ import torch
 from tilevm.bench.qmm import SHAPES, Timer
 from tilevm.dtypes import parse
 from tilevm.kernels.matmul import _launch, _prebuild
-from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.schedule import Schedule, candidates
 from tilevm.kernels.weights import quantize
 
 
@@ -64,10 +64,15 @@ def cells(shapes: str, dtypes: str, ms: str):
                                                             dtype=torch.float16)
 
 
-def against_tuned(argv: list[str], base, grid, kind: str) -> None:
-    """`OUT.jsonl SHAPES DTYPES MS`: per cell, the schedules `base(M, N, K, bits)` (the
-    tuner's, "tuned") and then `grid(M, bits)` (`kind`) timed with `time_grid`; a row per
-    cell with each kind's best and the ratio of their times (sessions 34 and 35)."""
+def hopper_candidates(M: int, N: int, K: int, bits: int) -> list[Schedule]:
+    """The tuner's candidates on an H100 (group 128)."""
+    return candidates(M, N, K, 128, hopper=True, bits=bits)
+
+
+def against_tuned(argv: list[str], grid, kind: str, base=hopper_candidates) -> None:
+    """`OUT.jsonl SHAPES DTYPES MS`: per cell, the schedules `base(M, N, K, bits)` ("tuned",
+    by default the tuner's) and then `grid(M, bits)` (`kind`) timed with `time_grid`; a row
+    per cell with each kind's best and the ratio of their times (sessions 34-36)."""
     out, shapes, dtypes, ms = argv[:4]
     timer = Timer(min_reps=50)
     with open(out, "a") as f:

@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "qmm_h100_decode_resident_x"))
 from sweep import against_tuned  # noqa: E402  (session 27's)
 
-from tilevm.kernels.schedule import candidates, wgmma  # noqa: E402
+from tilevm.kernels.schedule import wgmma  # noqa: E402
 
 
 def wgmma_grid(M: int, bits: int) -> list:
@@ -30,9 +30,7 @@ def wgmma_grid(M: int, bits: int) -> list:
 
 
 def main() -> None:
-    against_tuned(sys.argv[1:], lambda M, N, K, bits: candidates(M, N, K, 128, hopper=True,
-                                                               bits=bits),
-                  wgmma_grid, "wgmma")
+    against_tuned(sys.argv[1:], wgmma_grid, "wgmma")
 
 
 if __name__ == "__main__":

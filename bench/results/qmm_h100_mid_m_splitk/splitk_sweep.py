@@ -26,9 +26,9 @@ def splitk_grid(M: int, bits: int) -> list:
 
 
 def main() -> None:
-    against_tuned(sys.argv[1:], lambda M, N, K, bits: [
+    against_tuned(sys.argv[1:], splitk_grid, "splitk", lambda M, N, K, bits: [
         s for s in candidates(M, N, K, 128, hopper=True, bits=bits)
-        if s.split_k == 1 or not s.wgmma], splitk_grid, "splitk")
+        if s.split_k == 1 or not s.wgmma])
 
 
 if __name__ == "__main__":
