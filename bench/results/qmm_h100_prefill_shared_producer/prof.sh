@@ -1,6 +1,0 @@
-# prof.sh DTYPE (run with producer.patch applied): ncu of prof.py, into $OUT/ncu.txt
-NCU=/usr/local/cuda/bin/ncu
-export TILEVM_CACHE_DIR=/tmp/tvc
-python3 bench/results/qmm_h100_prefill_shared_producer/prof.py $1 >/dev/null 2>&1
-M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size,launch__shared_mem_per_block_dynamic,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,launch__cluster_dim_x"
-$NCU --clock-control none --profile-from-start off --metrics $M,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio python3 bench/results/qmm_h100_prefill_shared_producer/prof.py $1 2>&1 | grep -v "^==PROF==" | awk '/^  [a-zA-Z_0-9].*(Context|\()/ {print "KERNEL", $1} /(duration|per_second|issue_active|registers|cycles_active|inst_executed|hit_rate|bytes|grid_size|block_size|shared_mem|cluster|throughput)/ {print "   ", $1, $(NF-1), $NF} /stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' > $OUT/ncu.txt
