@@ -18,7 +18,7 @@ from typing import Any
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import SourceLoc
-from tilevm.ir.expr import BOOL, INT32, Expr, Var, as_expr
+from tilevm.ir.expr import BOOL, INT32, Binary, Const, Expr, Var, as_expr
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.types import (
     MemorySpace,
@@ -282,8 +282,6 @@ def _exprs(values: Sequence[ExprLike]) -> tuple[Expr, ...]:
 
 
 def _mul(a: Expr, b: Expr) -> Expr:
-    from tilevm.ir.expr import Binary, Const
-
     if isinstance(a, Const) and a.value == 1:
         return b
     if isinstance(b, Const) and b.value == 1:

@@ -9,10 +9,13 @@ Typing: integer arithmetic is int32 unless an operand is wider; a float operand 
 the result a float (the wider float); comparisons and logical operators give `bool`
 (uint1). `//` and `%` are floor division and modulo (Python's, not C's), `cdiv(a, b)` is
 `ceil(a / b)`; `/` on integers is an error (write `//`).
+
+`format_expr` is their text form (the IR text's expressions, `str(expr)`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilevm.dtypes import DataType, parse
@@ -35,8 +38,6 @@ class Expr:
     dtype: DataType
 
     def __str__(self) -> str:
-        from tilevm.ir.printer import format_expr  # the printer owns the text form
-
         return format_expr(self)
 
 
@@ -147,3 +148,44 @@ def free_vars(expr: Expr) -> set[Var]:
     if isinstance(expr, Select):
         return free_vars(expr.cond) | free_vars(expr.if_true) | free_vars(expr.if_false)
     return set()
+
+
+# ---- text form -------------------------------------------------------------------------
+
+def format_expr(expr: Expr) -> str:
+    """An expression in the text form (fully parenthesized, so it reads back exactly)."""
+    if isinstance(expr, Const):
+        return _format_const(expr)
+    if isinstance(expr, Var):
+        return expr.name
+    if isinstance(expr, BlockIndex):
+        return f"block_idx.{'xyz'[expr.axis]}"
+    if isinstance(expr, Binary):
+        if expr.op in ("cdiv", "min", "max"):
+            return f"{expr.op}({format_expr(expr.lhs)}, {format_expr(expr.rhs)})"
+        return f"({format_expr(expr.lhs)} {expr.op} {format_expr(expr.rhs)})"
+    if isinstance(expr, Unary):
+        space = " " if expr.op == "not" else ""
+        return f"({expr.op}{space}{format_expr(expr.operand)})"
+    if isinstance(expr, Select):
+        return (f"select({format_expr(expr.cond)}, {format_expr(expr.if_true)}, "
+                f"{format_expr(expr.if_false)})")
+    if isinstance(expr, ScalarCast):
+        return f"{expr.dtype}({format_expr(expr.operand)})"
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+def format_number(value: int | float | bool) -> str:
+    """A number literal of the text form (`nan`, `inf`, `-inf` for the non-finite)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return repr(value)
+
+
+def _format_const(c: Const) -> str:
+    if c.dtype == BOOL and isinstance(c.value, bool):
+        return "true" if c.value else "false"
+    if (c.dtype == INT32 and type(c.value) is int) or (c.dtype == FLOAT32
+                                                        and type(c.value) is float):
+        return format_number(c.value)
+    return f"const({format_number(c.value)}, {c.dtype})"

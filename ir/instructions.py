@@ -2,8 +2,8 @@
 
 Each class's docstring is the instruction's definition. Its `opname` is the name it is
 printed with and the key under which the other layers find it: the interpreter's
-`exec_<opname>` (vm/interpreter.py), the verifier's `check_<opname>`
-(ir/verifier.py), and the backend's lowering.
+`exec_<opname>` (vm/interp_exec_memory.py, vm/interp_exec_tiles.py), the verifier's
+`check_<opname>` (ir/verify_instructions.py), and the backend's lowering.
 
 An instruction that produces a tensor holds it in `out` (its name and full type);
 operands are `Tensor`s or scalar `Expr`s. Coordinates and offsets are in elements.
@@ -265,7 +265,7 @@ class Cast(Instruction):
     nearest even (saturating for finite-only formats, like `dtypes.encode`); to an
     integer, round to nearest even and saturate. A nonzero `exponent` takes a 1..8-bit
     source and a float `out`: a low-bit float's conversion is a move of its fields and
-    one multiplication by a power of two (backend/conversions.py), which the exponent
+    one multiplication by a power of two (dtypes/conversion.py), which the exponent
     joins, so a kernel can leave that power of two to a later, cheaper multiplication
     (the decode kernel: its f32 group scale)."""
 

@@ -29,78 +29,23 @@ Grammar (one statement per line, `@ "file":line` optionally ends a line):
               false, cdiv/min/max/select(...), DTYPE(EXPR) (a conversion) and
               const(VALUE, DTYPE) (a literal of a type other than int32/f32/bool)
 
-A LAYOUT is the layout's own text (`tilevm.layouts.expression` reads it).
+A LAYOUT is the layout's own text (`tilevm.layouts.expression` reads it). Expressions
+print by `ir.expr.format_expr` and tensor types by `ir.types.format_type` (their own
+`__str__`); this module prints instructions, statements and programs.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 from typing import Any
 
 from tilevm.ir.errors import SourceLoc
-from tilevm.ir.expr import (
-    BOOL,
-    FLOAT32,
-    INT32,
-    Binary,
-    BlockIndex,
-    Const,
-    Expr,
-    ScalarCast,
-    Select,
-    Unary,
-    Var,
-)
+from tilevm.ir.expr import Expr, Var, format_expr, format_number
 from tilevm.ir.instructions import Instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
-from tilevm.ir.types import Pointer, Tensor, TensorType
+from tilevm.ir.types import Pointer, Tensor, format_type
 
 INDENT = "  "
-
-
-def format_expr(expr: Expr) -> str:
-    """An expression in the text form (fully parenthesized, so it reads back exactly)."""
-    if isinstance(expr, Const):
-        return _format_const(expr)
-    if isinstance(expr, Var):
-        return expr.name
-    if isinstance(expr, BlockIndex):
-        return f"block_idx.{'xyz'[expr.axis]}"
-    if isinstance(expr, Binary):
-        if expr.op in ("cdiv", "min", "max"):
-            return f"{expr.op}({format_expr(expr.lhs)}, {format_expr(expr.rhs)})"
-        return f"({format_expr(expr.lhs)} {expr.op} {format_expr(expr.rhs)})"
-    if isinstance(expr, Unary):
-        space = " " if expr.op == "not" else ""
-        return f"({expr.op}{space}{format_expr(expr.operand)})"
-    if isinstance(expr, Select):
-        return (f"select({format_expr(expr.cond)}, {format_expr(expr.if_true)}, "
-                f"{format_expr(expr.if_false)})")
-    if isinstance(expr, ScalarCast):
-        return f"{expr.dtype}({format_expr(expr.operand)})"
-    raise TypeError(f"not an expression: {expr!r}")
-
-
-def _format_number(value: int | float | bool) -> str:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return repr(value)
-
-
-def _format_const(c: Const) -> str:
-    if c.dtype == BOOL and isinstance(c.value, bool):
-        return "true" if c.value else "false"
-    if (c.dtype == INT32 and type(c.value) is int) or (c.dtype == FLOAT32
-                                                        and type(c.value) is float):
-        return _format_number(c.value)
-    return f"const({_format_number(c.value)}, {c.dtype})"
-
-
-def format_type(t: TensorType) -> str:
-    dims = ", ".join(str(d) if isinstance(d, int) else format_expr(d) for d in t.shape)
-    text = f"{t.space.value}<{t.dtype}>[{dims}]"
-    return text if t.layout is None else f"{text} {{{t.layout}}}"
 
 
 def format_value(value: Any) -> str:
@@ -115,7 +60,7 @@ def format_value(value: Any) -> str:
         inner = ", ".join(format_value(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, (bool, int, float)):
-        return _format_number(value)
+        return format_number(value)
     if isinstance(value, str):
         return repr(value)
     if value is None:

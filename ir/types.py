@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from tilevm.dtypes import DataType
-from tilevm.ir.expr import Expr
+from tilevm.ir.expr import Expr, format_expr
 
 
 class MemorySpace(Enum):
@@ -96,9 +96,14 @@ class TensorType:
         return TensorType(self.space, self.dtype, self.shape, layout)
 
     def __str__(self) -> str:
-        from tilevm.ir.printer import format_type  # the printer owns the text form
-
         return format_type(self)
+
+
+def format_type(t: TensorType) -> str:
+    """A tensor type in the IR text form: `SPACE<DTYPE>[DIM, ...] {LAYOUT}`."""
+    dims = ", ".join(str(d) if isinstance(d, int) else format_expr(d) for d in t.shape)
+    text = f"{t.space.value}<{t.dtype}>[{dims}]"
+    return text if t.layout is None else f"{text} {{{t.layout}}}"
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tilevm.layouts.errors import LayoutError
-
-if TYPE_CHECKING:
-    from tilevm.layouts.register_layout import RegisterLayout
+from tilevm.layouts.register_layout import RegisterLayout
 
 
 def _is_pow2(n: int) -> bool:
@@ -285,8 +282,6 @@ def from_linear(lin: LinearMap, shape: Sequence[int], local_size: int) -> Regist
     bits. Raises LayoutError when no register layout computes the map (an XOR of two
     input bits into one coordinate bit, say: that is a swizzle, not a register layout).
     """
-    from tilevm.layouts.register_layout import RegisterLayout  # runtime: avoid a cycle
-
     shape = tuple(int(s) for s in shape)
     if not all(_is_pow2(s) for s in shape) or not _is_pow2(local_size):
         raise LayoutError(f"from_linear needs powers of two, got shape {shape} and "

@@ -16,14 +16,11 @@ hold the same number of threads and the same number of bits per thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tilevm.layouts.errors import LayoutError
-
-if TYPE_CHECKING:
-    from tilevm.layouts.register_layout import RegisterLayout
+from tilevm.layouts.register_layout import RegisterLayout
 
 WORD_BITS = 32  # width of a general-purpose register
 

@@ -18,32 +18,8 @@ the shortest run of modes whose product is ``shape[d]`` (`RegisterLayout.mode_di
 
 Canonical form
 --------------
-Every layout is normalized on construction (``__post_init__``), so that two layouts are
-``==`` (and hash alike) exactly when their shapes, thread counts, local sizes and
-``(thread, local) -> coordinate`` tables are equal:
-
-1. modes of size 1 and replication factors of 1 are dropped;
-2. two modes of one dimension that are adjacent in that dimension (major then minor) *and*
-   adjacent in the same list in the same order are merged into one;
-3. adjacent replication entries are merged.
-
-Why maximal merging is unique: call a pair as in rule 2 a *link*. Merging a link keeps
-every other link (the merged mode has the major mode's predecessors and the minor mode's
-successors, in its dimension and in its list) and creates none (a new link through the
-merged mode was already a link of one of its parts). So maximal merging contracts exactly
-the links present at the start, whatever the order.
-
-Why the canonical form is determined by the function: read the thread index's digits
-from the minor end. If the minor-most digit is a replication ``r``, then ``f(t) = f(0)`` for
-``t < r`` and ``f(r) != f(0)`` (the next digit is a mode, by rule 3). If it is a mode of
-size ``n`` in dim ``d`` with in-dimension stride ``s``, then ``f(t) = t * s * e_d`` for
-``t < n``, and ``f(n)`` differs from ``n * s * e_d``: the only mode of dim ``d`` with stride
-``n * s`` is the one right above it in the dimension, and were it the next digit of the
-list, rule 2 would have merged the two. So the size, dimension and stride of every digit
-can be read off the function, then the next digit from ``f`` on multiples of ``n``, and so
-on; the same holds for the local index. The strides sort each dimension's modes, which
-fixes ``mode_shape`` and both lists. `RegisterLayout.from_table` is this argument run as an
-algorithm, and the property tests check ``from_table(L.table()) == L``.
+Every layout is normalized on construction (``__post_init__``): see
+`tilevm.layouts.register_canonical` for the rules and why the form is unique.
 
 Operations
 ----------
@@ -57,138 +33,27 @@ the major ones), also spelled fluently: ``local(2, 1).spatial(8, 4).local(1, 2)`
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from tilevm.layouts.errors import LayoutError
+from tilevm.layouts.register_canonical import (
+    as_dims,
+    as_int,
+    as_ints,
+    as_shape,
+    canonical_form,
+    derive_mode_dims,
+)
+from tilevm.layouts.register_fluent import fluent_spelling
 
 __all__ = [
     "RegisterLayout", "local", "spatial", "column_local", "column_spatial", "replicated",
     "divide", "left_divide", "concat",
 ]
-
-
-# ---- input checking --------------------------------------------------------------------
-
-def _as_int(value: object, what: str) -> int:
-    """`value` as a Python int; bools and non-integers are refused (a `True` extent is a bug)."""
-    if isinstance(value, bool):
-        raise LayoutError(f"{what} must be an int, got {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise LayoutError(f"{what} must be an int, got {value!r}") from None
-
-
-def _as_ints(values: object, what: str) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise LayoutError(f"{what} must be a sequence of ints, got {values!r}")
-    return tuple(_as_int(v, f"every entry of {what}") for v in values)
-
-
-def _as_shape(values: object, what: str) -> tuple[int, ...]:
-    shape = _as_ints(values, what)
-    bad = [d for d, s in enumerate(shape) if s < 1]
-    if bad:
-        raise LayoutError(f"{what} {shape}: extents must be positive ints (dims {bad} are not)")
-    return shape
-
-
-def _as_dims(dims: int | Sequence[int], ndim: int, what: str) -> tuple[int, ...]:
-    """Dimension indices (negative ones count from the end), each in range and distinct."""
-    raw = (dims,) if isinstance(dims, int) and not isinstance(dims, bool) else dims
-    out = []
-    for d in _as_ints(raw, what):
-        if not -ndim <= d < ndim:
-            raise LayoutError(f"{what} {tuple(raw)}: dim {d} is out of range for rank {ndim}")
-        out.append(d % ndim)
-    if len(set(out)) != len(out):
-        raise LayoutError(f"{what} {tuple(raw)} names a dimension twice")
-    return tuple(out)
-
-
-# ---- canonical form ----------------------------------------------------------------------
-
-def _derive_mode_dims(shape: tuple[int, ...], mode_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The dimension of every mode: dim d owns the shortest run of modes multiplying to
-    shape[d]. Size-1 modes are ambiguous, but they are dropped, so any valid guess will do."""
-    ndim = len(shape)
-    dims: list[int] = []
-    d, acc = 0, 1
-    for size in mode_shape:
-        if size == 1:
-            dims.append(min(d, ndim - 1))
-            continue
-        while d < ndim and acc == shape[d]:
-            d, acc = d + 1, 1
-        if d == ndim or shape[d] % (acc * size):
-            raise LayoutError(f"mode_shape {mode_shape} does not split shape {shape} dim by dim "
-                              "(the modes of dim 0, then dim 1, ...; each dim's modes multiply "
-                              "to its extent)")
-        dims.append(d)
-        acc *= size
-    while d < ndim and acc == shape[d]:
-        d, acc = d + 1, 1
-    if d != ndim:
-        raise LayoutError(f"mode_shape {mode_shape} does not split shape {shape} dim by dim: "
-                          f"the modes run out before dim {d} (extent {shape[d]}) is covered")
-    return tuple(dims)
-
-
-def _canonical(shape: tuple[int, ...], mode_shape: tuple[int, ...], spatial_modes: tuple[int, ...],
-               local_modes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Check the fields and return (mode_shape, spatial_modes, local_modes) in canonical form."""
-    nmodes = len(mode_shape)
-    mode_dims = _derive_mode_dims(shape, mode_shape)
-    if any(m < 0 for m in local_modes):
-        raise LayoutError(f"local_modes {local_modes}: replication (a negative entry) is only "
-                          "allowed among spatial_modes")
-    used = [m for m in spatial_modes if m >= 0] + list(local_modes)
-    if sorted(used) != list(range(nmodes)):
-        raise LayoutError(f"spatial_modes {spatial_modes} and local_modes {local_modes} must "
-                          f"name every mode 0..{nmodes - 1} of mode_shape {mode_shape} "
-                          "exactly once")
-
-    # 1. drop size-1 modes and factor-1 replication, renumbering the modes that stay
-    kept = [m for m in range(len(mode_shape)) if mode_shape[m] > 1]
-    index = {m: i for i, m in enumerate(kept)}
-    dims = [mode_dims[m] for m in kept]
-    nmodes = len(kept)
-    spatial_list = [index[m] if m >= 0 else m for m in spatial_modes
-                    if m < -1 or m in index]
-    local_list = [index[m] for m in local_modes if m in index]
-    # 2. contract the links: runs m, m+1, ... of one dim, consecutive in one list.
-    # A run's modes are consecutive in mode_shape, so the merged mode takes the first's slot.
-    head = list(range(nmodes))  # the mode each mode is merged into
-    for lst in (spatial_list, local_list):
-        for a, b in itertools.pairwise(lst):
-            if a >= 0 and b == a + 1 and dims[a] == dims[b]:
-                head[b] = head[a]
-    sizes = [1] * nmodes
-    for m in range(nmodes):
-        sizes[head[m]] *= mode_shape[kept[m]]
-    survivors = [m for m in range(nmodes) if head[m] == m]
-    renumber = {m: i for i, m in enumerate(survivors)}
-
-    def relist(lst: list[int]) -> tuple[int, ...]:
-        out: list[int] = []
-        for m in lst:
-            if m < 0:
-                # 3. merge adjacent replication entries
-                if out and out[-1] < 0:
-                    out[-1] = -(out[-1] * m)
-                else:
-                    out.append(m)
-            elif head[m] == m:
-                out.append(renumber[m])
-        return tuple(out)
-
-    return tuple(sizes[m] for m in survivors), relist(spatial_list), relist(local_list)
 
 
 # ---- the layout ------------------------------------------------------------------------
@@ -215,17 +80,17 @@ class RegisterLayout:
     local_modes: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        shape = _as_shape(self.shape, "shape")
-        mode_shape = _as_shape(self.mode_shape, "mode_shape")
-        spatial_modes = _as_ints(self.spatial_modes, "spatial_modes")
-        local_modes = _as_ints(self.local_modes, "local_modes")
-        mode_shape, spatial_modes, local_modes = _canonical(
+        shape = as_shape(self.shape, "shape")
+        mode_shape = as_shape(self.mode_shape, "mode_shape")
+        spatial_modes = as_ints(self.spatial_modes, "spatial_modes")
+        local_modes = as_ints(self.local_modes, "local_modes")
+        mode_shape, spatial_modes, local_modes = canonical_form(
             shape, mode_shape, spatial_modes, local_modes)
         for name, value in (("shape", shape), ("mode_shape", mode_shape),
                             ("spatial_modes", spatial_modes), ("local_modes", local_modes)):
             object.__setattr__(self, name, value)
         # Derived tables, kept off the dataclass fields so they play no part in ==/hash.
-        mode_dims = _derive_mode_dims(shape, mode_shape)
+        mode_dims = derive_mode_dims(shape, mode_shape)
         dim_stride = [1] * len(mode_shape)  # a mode's weight inside its dimension
         for m in reversed(range(len(mode_shape) - 1)):
             if mode_dims[m] == mode_dims[m + 1]:
@@ -268,8 +133,8 @@ class RegisterLayout:
         return math.prod(-e for e in self.spatial_modes if e < 0)
 
     def _check_point(self, thread: int, local: int) -> tuple[int, int]:
-        thread = _as_int(thread, "thread")
-        local = _as_int(local, "local")
+        thread = as_int(thread, "thread")
+        local = as_int(local, "local")
         if not 0 <= thread < self.num_threads:
             raise LayoutError(f"thread {thread} is out of range: {self} has "
                               f"{self.num_threads} threads")
@@ -291,7 +156,7 @@ class RegisterLayout:
         return tuple(coord)
 
     def _mode_digits(self, coord: Sequence[int]) -> list[int]:
-        coord = _as_ints(coord, "coordinate")
+        coord = as_ints(coord, "coordinate")
         if len(coord) != self.ndim or any(not 0 <= c < s for c, s in zip(coord, self.shape)):
             raise LayoutError(f"coordinate {coord} is outside the tile of shape {self.shape}")
         return [(coord[d] // st) % n for d, st, n in
@@ -342,7 +207,7 @@ class RegisterLayout:
         if arr.ndim != 3 or arr.shape[0] < 1 or arr.shape[1] < 1 or arr.dtype.kind not in "iu":
             raise LayoutError("a layout table is a non-empty int array [thread, local, dim], "
                               f"got shape {arr.shape} and dtype {arr.dtype}")
-        tile = (_as_shape(shape, "shape") if shape is not None
+        tile = (as_shape(shape, "shape") if shape is not None
                 else tuple(int(x) + 1 for x in arr.max(axis=(0, 1))))
         if len(tile) != arr.shape[2] or arr.min(initial=0) < 0 or any(
                 int(arr[..., d].max()) >= s for d, s in enumerate(tile)):
@@ -424,7 +289,7 @@ class RegisterLayout:
         threads along it all hold the reduced value); local modes of reduced dims are
         dropped. Reduced dims get extent 1, or are removed when ``keepdims`` is false.
         """
-        reduced = set(_as_dims(dims, self.ndim, "reduce dims"))
+        reduced = set(as_dims(dims, self.ndim, "reduce dims"))
         gone = {m for m, d in enumerate(self.mode_dims) if d in reduced}
         keep = [m for m in range(len(self.mode_shape)) if m not in gone]
         index = {m: i for i, m in enumerate(keep)}
@@ -439,7 +304,7 @@ class RegisterLayout:
     def permute(self, dims: Sequence[int]) -> RegisterLayout:
         """Dim ``i`` of the result is dim ``dims[i]`` of ``self``: the result holds
         ``coord[dims]`` where ``self`` holds ``coord``."""
-        order = _as_dims(dims, self.ndim, "permutation")
+        order = as_dims(dims, self.ndim, "permutation")
         if len(order) != self.ndim:
             raise LayoutError(f"permutation {tuple(dims)} must list all {self.ndim} dims of "
                               f"shape {self.shape}")
@@ -455,12 +320,12 @@ class RegisterLayout:
         ``reshape``; one extent may be -1). A mode is split where a new dim boundary cuts it
         at a divisor; a mode that straddles a boundary otherwise is a `LayoutError`."""
         raw = shape[0] if len(shape) == 1 and isinstance(shape[0], Iterable) else shape
-        new = list(_as_ints(raw, "reshape target"))
+        new = list(as_ints(raw, "reshape target"))
         if new.count(-1) == 1 and all(s >= 1 for s in new if s != -1):
             rest = math.prod(s for s in new if s != -1)
             if self.size % rest == 0:
                 new[new.index(-1)] = self.size // rest
-        target = _as_shape(new, "reshape target")
+        target = as_shape(new, "reshape target")
         if math.prod(target) != self.size:
             raise LayoutError(f"cannot reshape shape {self.shape} ({self.size} elements) to "
                               f"{tuple(raw)}")
@@ -512,7 +377,7 @@ class RegisterLayout:
         if dims is None:
             drop = {d for d, s in enumerate(self.shape) if s == 1}
         else:
-            drop = set(_as_dims(dims, self.ndim, "squeeze dims"))
+            drop = set(as_dims(dims, self.ndim, "squeeze dims"))
             bad = sorted(d for d in drop if self.shape[d] != 1)
             if bad:
                 raise LayoutError(f"cannot squeeze dims {bad} of shape {self.shape}: "
@@ -525,20 +390,15 @@ class RegisterLayout:
         ``expand_dims``)."""
         raw = (dims,) if isinstance(dims, int) else tuple(dims)
         rank = self.ndim + len(raw)
-        where = set(_as_dims(raw, rank, "unsqueeze dims"))
+        where = set(as_dims(raw, rank, "unsqueeze dims"))
         rest = iter(self.shape)
         shape = tuple(1 if d in where else next(rest) for d in range(rank))
         return RegisterLayout(shape, self.mode_shape, self.spatial_modes, self.local_modes)
 
-    def to_linear(self):  # -> LinearMap (layouts/linear.py imports this module)
-        """The GF(2) linear view of a power-of-two layout (see `layouts.linear`)."""
-        from tilevm.layouts.linear import to_linear
-
-        return to_linear(self)
-
     # ---- printing --------------------------------------------------------------------
     def __str__(self) -> str:
-        return _fluent(self) or self._field_form()
+        return (fluent_spelling(self.ndim, self.mode_shape, self.mode_dims, self.spatial_modes,
+                                self.local_modes) or self._field_form())
 
     def __repr__(self) -> str:
         return str(self)
@@ -552,7 +412,7 @@ class RegisterLayout:
 
 def _primitive(shape: Sequence[int], spatial_major_first: bool, row_major: bool
                ) -> RegisterLayout:
-    shape = _as_shape(shape, "shape")
+    shape = as_shape(shape, "shape")
     order = tuple(range(len(shape)))
     order = order if row_major else order[::-1]
     return RegisterLayout(shape, shape, order if spatial_major_first else (),
@@ -586,8 +446,8 @@ def replicated(n: int, ndim: int = 1) -> RegisterLayout:
     32 threads where threads ``4i .. 4i+3`` hold element ``i``; ``replicated(4).spatial(8)``
     puts the replication digit on the major side (thread ``t`` holds ``t % 8``).
     """
-    n = _as_int(n, "replication factor")
-    ndim = _as_int(ndim, "ndim")
+    n = as_int(n, "replication factor")
+    ndim = as_int(ndim, "ndim")
     if n < 1 or ndim < 0:
         raise LayoutError(f"replicated(n={n}, ndim={ndim}): n must be >= 1 and ndim >= 0")
     return RegisterLayout((1,) * ndim, (), (-n,), ())
@@ -718,69 +578,3 @@ def concat(a: RegisterLayout, b: RegisterLayout) -> RegisterLayout:
     return RegisterLayout(a.shape + b.shape, a.mode_shape + b.mode_shape,
                           a.spatial_modes + shift(b.spatial_modes),
                           a.local_modes + shift(b.local_modes))
-
-
-# ---- the fluent spelling ---------------------------------------------------------------
-
-def _fluent(layout: RegisterLayout) -> str | None:
-    """A chain of primitives that rebuilds ``layout``, or None when there is none.
-
-    Write the layout as a product of one-mode factors in an order that respects every
-    dim's major -> minor order and both lists' orders (a topological sort; none exists
-    when, e.g., a dim's minor mode is a more significant thread digit than its major
-    one). Then group runs of same-kind factors over distinct dims: increasing dims make a
-    row-major primitive, decreasing dims a column-major one.
-    """
-    ndim = layout.ndim
-    next_in_dim = [0] * ndim  # position of the next unemitted mode of each dim
-    by_dim = [[m for m, d in enumerate(layout.mode_dims) if d == dim] for dim in range(ndim)]
-    heads = {"spatial": 0, "local": 0}
-    lists = {"spatial": layout.spatial_modes, "local": layout.local_modes}
-    steps: list[tuple[str, int, int]] = []  # (kind, dim or -1, size)
-    last = "spatial"
-    while heads["spatial"] < len(lists["spatial"]) or heads["local"] < len(lists["local"]):
-        ready = []
-        for kind in (last, "local" if last == "spatial" else "spatial"):
-            if heads[kind] == len(lists[kind]):
-                continue
-            e = lists[kind][heads[kind]]
-            if e < 0 or by_dim[layout.mode_dims[e]][next_in_dim[layout.mode_dims[e]]] == e:
-                ready.append((kind, e))
-        if not ready:
-            return None
-        kind, e = ready[0]
-        heads[kind] += 1
-        last = kind
-        if e < 0:
-            steps.append(("replicated", -1, -e))
-        else:
-            next_in_dim[layout.mode_dims[e]] += 1
-            steps.append((kind, layout.mode_dims[e], layout.mode_shape[e]))
-
-    calls: list[str] = []
-    i = 0
-    while i < len(steps):
-        kind, dim, size = steps[i]
-        if kind == "replicated":
-            calls.append(f"replicated({size}" + (f", ndim={ndim})" if not calls else ")"))
-            i += 1
-            continue
-        run = [steps[i]]
-        direction = 0
-        while i + len(run) < len(steps):
-            nkind, ndim_, _ = steps[i + len(run)]
-            step_dir = (ndim_ > run[-1][1]) - (ndim_ < run[-1][1])
-            if nkind != kind or step_dir == 0 or (direction and step_dir != direction) or \
-                    any(s[1] == ndim_ for s in run):
-                break
-            direction = step_dir
-            run.append(steps[i + len(run)])
-        extents = [1] * ndim
-        for _, dim_, size_ in run:
-            extents[dim_] = size_
-        name = ("column_" if direction < 0 else "") + kind
-        calls.append(f"{name}({', '.join(map(str, extents))})")
-        i += len(run)
-    if not calls:
-        calls.append(f"local({', '.join(['1'] * ndim)})")
-    return ".".join(calls)

@@ -24,19 +24,10 @@ from typing import Any
 from tilevm.dtypes import DataType, DTypeError, parse
 from tilevm.ir.builder import Builder
 from tilevm.ir.errors import SourceLoc, VMError
-from tilevm.ir.expr import (
-    BOOL,
-    INT32,
-    Binary,
-    Const,
-    Expr,
-    ScalarCast,
-    Select,
-    Unary,
-    const,
-)
+from tilevm.ir.expr import BOOL, INT32, Binary, Const, Expr, ScalarCast, Select, Unary, const
 from tilevm.ir.types import MemorySpace, Tensor
 from tilevm.ir.types import broadcast_shapes as ir_broadcast_shapes
+from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout
 
 BOOL_MESSAGE = ("a runtime value cannot be a Python bool; use tv.where or a runtime if "
                 "(on runtime values write & | ~ for and/or/not, tv.min/tv.max for min/max)")
@@ -178,6 +169,23 @@ def describe(value: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def layout_for(layout: Any, shape: tuple[int, ...], space: MemorySpace, what: str) -> Any:
+    """`layout` (a layout object or its text) checked for a tile of `shape` in `space`;
+    None stays None (inference chooses)."""
+    if layout is None:
+        return None
+    if isinstance(layout, str):
+        layout = parse_layout(layout)
+    kind = RegisterLayout if space is MemorySpace.REGISTER else SharedLayout
+    if not isinstance(layout, kind):
+        raise VMError(f"{what}: a {space.value} tile needs a {kind.__name__}, got "
+                      f"{describe(layout)}")
+    if tuple(layout.shape) != tuple(shape):
+        raise VMError(f"{what}: the layout {layout} covers shape {list(layout.shape)}, "
+                      f"the tile has shape {list(shape)}")
+    return layout
 
 
 # ---- Scalar -----------------------------------------------------------------------------------
@@ -351,10 +359,24 @@ class Tile:
         return Tile(ctx.builder.cast(src, target, layout, exponent=exponent))
 
     def view(self, dtype: DataType | str, shape: Any, layout: Any) -> Tile:
-        """Reinterpret the bits each thread holds (the `view` instruction)."""
-        from tilevm.vm.lang import view
-
-        return view(self, dtype, shape, layout)
+        """Reinterpret the bits each thread holds as `dtype` elements under `layout` (the
+        `view` instruction; legal iff the bits per thread are preserved)."""
+        b = current("tv.view").builder
+        self.require_register("tv.view")
+        target = as_dtype(dtype, "tv.view dtype")
+        tile_shape = static_shape(shape, "tv.view shape")
+        if layout is None:
+            raise VMError("tv.view needs the layout of the result (what a view means depends "
+                          "on which thread holds which bits)")
+        layout = layout_for(layout, tile_shape, MemorySpace.REGISTER, "tv.view")
+        src = self.layout
+        if isinstance(src, RegisterLayout):
+            before, after = src.local_size * self.dtype.bits, layout.local_size * target.bits
+            if before != after:
+                raise VMError(f"tv.view changes the bits each thread holds ({before} -> "
+                              f"{after}): {src.local_size} x {self.dtype} vs "
+                              f"{layout.local_size} x {target}")
+        return Tile(b.view(self.tensor, target, tile_shape, layout))
 
     def sum(self, dim: int, keepdim: bool = False) -> Tile:
         return reduce_tile("sum", self, dim, keepdim)

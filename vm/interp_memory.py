@@ -1,6 +1,6 @@
-"""Memory of the reference interpreter (helpers of `vm/interpreter.py`): bit-exact reads
-and writes of b-bit codes in byte arrays, and shared-memory allocations with the state
-the race checker keeps.
+"""Memory of the reference interpreter (helpers of its `vm/interp_exec_*` semantics):
+bit-exact reads and writes of b-bit codes in byte arrays, and shared-memory
+allocations with the state the race checker keeps.
 
 Bit addressing: bit `k` of a byte array is bit `k % 8` of byte `k // 8`; a b-bit code
 at bit address `p` occupies bits `[p, p + b)`, least significant bit first (the

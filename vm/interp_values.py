@@ -1,4 +1,5 @@
-"""Value semantics of the reference interpreter (helpers of `vm/interpreter.py`).
+"""Value semantics of the reference interpreter (helpers of its `vm/interp_exec_*`
+semantics).
 
 Register tiles are float64 numpy arrays of *values*, each exactly representable in the
 tile's dtype (every dtype of at most 32 bits fits float64 exactly). Every operation
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tilevm.dtypes import DataType, DTypeError, decode, encode, host_dtype, parse
+from tilevm.dtypes import DataType, DTypeError, decode, encode, host_dtype, pack, parse, unpack
 from tilevm.ir.errors import VMError
 from tilevm.ir.evaluate import (  # noqa: F401  (re-exported for the interpreter)
     convert_scalar,
@@ -261,8 +262,6 @@ def to_host(values: np.ndarray | list, dtype: DataType | str) -> np.ndarray:
     dtype = parse(dtype)
     codes = to_codes(np.asarray(values, dtype=np.float64).reshape(-1), dtype)
     if dtype.bits < 8:
-        from tilevm.dtypes import pack
-
         return pack(codes, dtype.bits)
     return codes.astype(np.dtype(dtype.code_dtype)).view(array_dtype(dtype))
 
@@ -274,8 +273,6 @@ def from_host(array: np.ndarray, dtype: DataType | str, count: int | None = None
     dtype = parse(dtype)
     raw = np.ascontiguousarray(array).reshape(-1)
     if dtype.bits < 8:
-        from tilevm.dtypes import unpack
-
         bytes_ = raw.view(np.uint8)
         n = bytes_.size * 8 // dtype.bits if count is None else count
         return decode(unpack(bytes_, dtype.bits, n), dtype)
