@@ -89,7 +89,7 @@ class Artifact:
     `params` is the kernel's parameter list as JSON-able dicts, in order, e.g.
     `{"name": "x", "kind": "pointer", "dtype": "f16", "readonly": true}` or
     `{"name": "n", "kind": "scalar", "dtype": "int32"}` (what
-    `runtime.Signature.to_json()` writes); `extra` holds anything else JSON-able.
+    `Signature.to_json()` writes); `extra` holds anything else JSON-able.
     """
 
     ptx: str

@@ -17,9 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from tilevm.backend import cache, pipeline, runtime, target
-from tilevm.backend.device_array import DeviceArray
-from tilevm.backend.lowering import tma
+from tilevm.backend import cache, pipeline
+from tilevm.backend.analysis import target, tma
+from tilevm.backend.analysis.signature import signature_from_program
+from tilevm.backend.cuda.device_array import DeviceArray
+from tilevm.backend.cuda.driver import device_arch
+from tilevm.backend.cuda.kernel import Kernel
+from tilevm.backend.cuda.module import load_artifact
 from tilevm.ir.printer import format_program
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
@@ -27,7 +31,7 @@ from tilevm.ir.types import Pointer
 
 def build_artifact(program: Program, arch: str) -> cache.Artifact:
     compiled = pipeline.compile_program(program, arch)
-    signature = replace(runtime.signature_from_program(program),
+    signature = replace(signature_from_program(program),
                         tensor_maps=tma.tensor_maps(compiled.lowered),
                         num_threads=compiled.num_threads)
     return cache.Artifact(ptx=compiled.ptx, kernel_name=program.name,
@@ -36,13 +40,13 @@ def build_artifact(program: Program, arch: str) -> cache.Artifact:
                           extra={"signature": signature.to_json()})
 
 
-_LOADED: dict[str, runtime.Kernel] = {}  # modules loaded in this process, by cache key
+_LOADED: dict[str, Kernel] = {}  # modules loaded in this process, by cache key
 
 
 def current_arch() -> str:
     """The target that kernels are compiled for by default: the current device's
     (`target.native_arch`: sm_90a on sm_90)."""
-    return target.native_arch(runtime.device_arch())
+    return target.native_arch(device_arch())
 
 
 def cache_key(program: Program, arch: str) -> cache.CacheKey:
@@ -50,14 +54,14 @@ def cache_key(program: Program, arch: str) -> cache.CacheKey:
     return cache.CacheKey(format_program(program), arch)
 
 
-def compiled_kernel(program: Program, arch: str | None = None) -> runtime.Kernel:
+def compiled_kernel(program: Program, arch: str | None = None) -> Kernel:
     """The loaded kernel of `program` for `arch` (default: `current_arch()`)."""
     arch = arch or current_arch()
     key = cache_key(program, arch)
     digest = key.digest()
     if digest not in _LOADED:
         artifact = cache.get_or_build(key, lambda: build_artifact(program, arch))
-        _LOADED[digest] = runtime.load_artifact(artifact)
+        _LOADED[digest] = load_artifact(artifact)
     return _LOADED[digest]
 
 

@@ -5,13 +5,16 @@
            -> split_producer_warp -> codegen (LLVM IR) -> LLVM O3 + NVPTX (PTX)
 
 Each pass is one module of backend/passes/ whose docstring says what it expects and
-guarantees; `vmc compile --dump-after NAME` prints the IR after any of them. The first
+guarantees, and each is `run(program, context)` with the same `PassContext` (the
+target); `vmc compile --dump-after NAME` prints the IR after any of them. The first
 four shape the program (layouts, conversions, shared-memory placement); the next three
 decide how each instruction becomes machine code and record it in the instruction's
-`lowering` field, which codegen then emits: no decision is left to codegen. The last
-gives a program's TMA copies a warp of their own, where it asks for one.
-Shared-memory planning runs before the lowering decisions because they read its
+`lowering` field, which codegen (backend/llvm/) then emits: no decision is left to
+codegen. The last gives a program's TMA copies a warp of their own, where it asks for
+one. Shared-memory planning runs before the lowering decisions because they read its
 result: vector widths and `ldmatrix` need each shared tensor's layout and offset.
+Facts the passes and codegen read (the shared-memory plan, tensor maps, ...) are
+computed once per program by backend/analysis.
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tilevm.backend import codegen, target
+from tilevm.backend.analysis import target
+from tilevm.backend.analysis.shared_memory import shared_plan
+from tilevm.backend.analysis.tma import tensor_maps
+from tilevm.backend.llvm import codegen, nvptx
+from tilevm.backend.passes.context import PassContext
 from tilevm.backend.passes.convert_layouts import convert_layouts
 from tilevm.backend.passes.infer_layouts import infer_layouts
 from tilevm.backend.passes.lower_bit_packing import lower_bit_packing
-from tilevm.backend.passes.plan_shared_memory import plan_shared_memory, shared_plan
+from tilevm.backend.passes.plan_shared_memory import plan_shared_memory
 from tilevm.backend.passes.select_instructions import select_instructions
 from tilevm.backend.passes.split_producer_warp import split_producer_warp
 from tilevm.backend.passes.vectorize_memory import vectorize_memory
@@ -33,7 +40,9 @@ from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import instructions
 
-PASSES: tuple[tuple[str, Callable[[Program], Program]], ...] = (
+Pass = Callable[[Program, PassContext], Program]
+
+PASSES: tuple[tuple[str, Pass], ...] = (
     ("verify", verify),
     ("infer_layouts", infer_layouts),
     ("convert_layouts", convert_layouts),
@@ -61,11 +70,13 @@ def run_passes(program: Program, dump_after: str | None = None,
                on_dump: Callable[[str, Program], None] | None = None,
                arch: str | None = None) -> Program:
     """The program after every pass (calling `on_dump(name, program)` after `dump_after`);
-    `arch` lets `select_instructions` use instructions of that target (TMA on sm_90a)."""
+    `arch` is the target the passes select instructions for (`PassContext`: TMA on
+    sm_90a, say), None for none in particular."""
     if dump_after is not None and dump_after not in PASS_NAMES:
         raise ValueError(f"no pass named {dump_after!r}; passes: {', '.join(PASS_NAMES)}")
+    context = PassContext(arch)
     for name, run in PASSES:
-        program = run(program, arch) if run is select_instructions else run(program)
+        program = run(program, context)
         if name == dump_after and on_dump is not None:
             on_dump(name, program)
     return program
@@ -77,16 +88,14 @@ def compile_program(program: Program, arch: str = "sm_80", opt: int = 3) -> Comp
     lowered = run_passes(program, arch=arch)
     _check_arch(lowered, arch)
     llvm_ir = str(codegen.generate(lowered))
-    ptx = _describe_tensor_maps(lowered) + target.emit_ptx(llvm_ir, arch, opt)
+    ptx = _describe_tensor_maps(lowered) + nvptx.emit_ptx(llvm_ir, arch, opt)
     return CompiledKernel(program.name, arch, ptx, llvm_ir, lowered, program.block_threads,
                           shared_plan(lowered).total_bytes)
 
 
 def _describe_tensor_maps(program: Program) -> str:
     """PTX comment lines naming what each tensor-map parameter must hold (for a launch
-    other than tilevm's, which encodes them itself: `runtime.encode_tensor_maps`)."""
-    from tilevm.backend.lowering.tma import tensor_maps
-
+    other than tilevm's, which encodes them itself: `cuda.tensor_maps`)."""
     first = len(program.params)
     return "".join(
         f"// tilevm: parameter {first + i} is a CUtensorMap of view %{m.view}: dims "

@@ -12,7 +12,7 @@ its operands in place:
   converted to `out`;
 - `elementwise`, `where`, `cast`: every tensor operand is held by the threads that need
   it, at the same local index in every thread (`broadcast_compatible`, the rule of
-  `KernelCodegen.broadcast_map`); else it is converted to `out`'s layout (same shape) or
+  `KernelContext.broadcast_map`); else it is converted to `out`'s layout (same shape) or
   to `out`'s layout reduced over the broadcast dims (`broadcast_layout`);
 - `assign`: `src` has `dst`'s layout (else `src` is converted).
 
@@ -45,12 +45,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilevm.backend.passes.infer_layouts import (
-    MMA_INSTRUCTIONS,
-    broadcast_compatible,
-    broadcast_layout,
-    dot_layouts,
-)
+from tilevm.backend.analysis.fragments import MMA_INSTRUCTIONS, dot_layouts
+from tilevm.backend.passes.context import DEFAULT_CONTEXT, PassContext
+from tilevm.backend.passes.infer_layouts import broadcast_compatible, broadcast_layout
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
@@ -65,7 +62,7 @@ from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
 _INT32 = parse("int32")
 
 
-def convert_layouts(program: Program) -> Program:
+def convert_layouts(program: Program, context: PassContext = DEFAULT_CONTEXT) -> Program:
     names = set()
     for inst in instructions(program.body):
         names.update(t.name for t in inst.input_tensors())
@@ -238,7 +235,7 @@ def mma_accepts(la: RegisterLayout, lb: RegisterLayout, lc: RegisterLayout, dtyp
                 k: int) -> bool:
     """Whether the `dot` lowering can use a, b, c in these layouts as they are: each is
     made of mma fragments (`divide`), and every warp holds the A and B fragments its C
-    fragments need, in the same registers as warp 0 (backend/lowering/mma.py)."""
+    fragments need, in the same registers as warp 0 (backend/llvm/lowering/mma.py)."""
     entry = MMA_INSTRUCTIONS.get(dtype)
     if entry is None:
         return False

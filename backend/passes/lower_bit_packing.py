@@ -1,8 +1,8 @@
 """Pass `lower_bit_packing`: low-bit register tiles live packed in 32-bit registers.
 
 Expects: a program after `select_instructions`. Guarantees: codegen holds every register
-tile whose elements have 8 bits or fewer (`is_packed`: int1..8, uint1..8, every float
-of <= 8 bits) as the i32 words of each thread's bit string, local `l` at bits
+tile whose elements have 8 bits or fewer (`analysis.packing.is_packed`: int1..8,
+uint1..8, every float of <= 8 bits) as the i32 words of each thread's bit string, local `l` at bits
 `[l*b, (l+1)*b)` of the thread's registers (the order of `layouts.register_bits` and of
 `dtypes.pack`); every `view` and every `cast` from such a tile records how its bits
 move:
@@ -16,8 +16,8 @@ move:
 - `cast` from a packed tile to the same type and layout (a copy): `lowering=free`, the
   same words. To f16/bf16: `lowering=paired_rule(bits=b)`: codes are cut
   out of the words two at a time into the two 16-bit lanes of one i32 and converted by
-  the generic rule of `conversions` (integer ops, then ONE `<2 x half|bfloat>` float op
-  per pair); the two codes lie 16 (mod 32) bits apart (`arith.lane_pairs`), at one
+  the generic rule of `dtypes.conversion` (integer ops, then ONE `<2 x half|bfloat>` float op
+  per pair); the two codes lie 16 (mod 32) bits apart (`dtypes.conversion.lane_pairs`), at one
   offset of a low and a high lane: for b in {1, 2, 4, 8} in the same word, so one shift
   and one AND place both, otherwise one merge of two words serves several pairs. To f32
   or to an integer type: `lowering=per_element_rule` (one conversion per code).
@@ -30,21 +30,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilevm.backend.arith import pairs_convert
+from tilevm.backend.analysis.packing import is_packed
+from tilevm.backend.passes.context import DEFAULT_CONTEXT, PassContext
 from tilevm.dtypes import DataType
+from tilevm.dtypes.conversion import pairs_convert
 from tilevm.ir import instructions as ins
 from tilevm.ir.stmt import Program
 from tilevm.ir.transform import map_instructions
 
-PACKED_BITS = 8  # elements of at most this many bits are held packed
 
-
-def is_packed(dtype: DataType) -> bool:
-    """Whether register tiles of `dtype` are held as packed i32 words."""
-    return dtype.bits <= PACKED_BITS
-
-
-def lower_bit_packing(program: Program) -> Program:
+def lower_bit_packing(program: Program, context: PassContext = DEFAULT_CONTEXT) -> Program:
     def choose(inst: ins.Instruction) -> ins.Instruction:
         if isinstance(inst, ins.View):
             return replace(inst, lowering=ins.lowering(view_form(inst.src.dtype,

@@ -5,12 +5,12 @@ the memory pass's choice where a better instruction applies; codegen emits exact
 recorded form:
 
 - `load_shared` of 16-bit elements whose register layout is made of `ldmatrix`
-  fragments, with 16-byte aligned rows (`ldmatrix_select.select_ldmatrix` states the
+  fragments, with 16-byte aligned rows (`analysis.ldmatrix.select_ldmatrix` states the
   rule): `lowering=ldmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
   `ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (N = 4 where the register count
   allows, else 2, else 1; `.trans` when a register's two halves run along the rows).
   Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
-- `store_shared` of 16-bit elements by the same rule, on sm_90 and later (`arch`):
+- `store_shared` of 16-bit elements by the same rule, on sm_90 and later (`context.arch`):
   `lowering=stmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
   `stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (the mirror of `ldmatrix`: each
   lane addresses one 16-byte row, N registers of two elements a thread; one instruction
@@ -23,11 +23,11 @@ recorded form:
   edge: one compare instead of the count of elements left); no provable chunk:
   `lowering=load_store` (each thread copies elements with plain loads and stores, at
   once; the later `copy_async_wait` has nothing to wait for).
-- `copy_async` on sm_90a (`arch`) from a view fixed for the whole launch, whose tile one
+- `copy_async` on sm_90a (`context.arch`) from a view fixed for the whole launch, whose tile one
   tensor-memory-accelerator copy can write (`tma_form` states the rule):
   `lowering=tma(dims=..., box=..., swizzle=S, bytes=B)` (`cp.async.bulk.tensor` from
   thread 0 on a tensor map the runtime encodes at launch). Only in programs whose
-  groups can complete on a ring of mbarriers (`plan_shared_memory.tma_ring_bound`: a
+  groups can complete on a ring of mbarriers (`analysis.tma.tma_ring_bound`: a
   `sync` between each `copy_async_wait` and the next copy, a bounded number of groups
   pending); elsewhere, and for other copies, the `cp_async` forms above.
 - `dot` on tensor cores: `lowering=mma_sync(shape='m16n8k16', acc='f32')` for f16/bf16
@@ -43,12 +43,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilevm.backend.divisibility import ProgramPoint, rewrite_instructions
-from tilevm.backend.lowering.ldmatrix_select import select_ldmatrix
-from tilevm.backend.passes.infer_layouts import MMA_INSTRUCTIONS, WGMMA_DTYPES
-from tilevm.backend.passes.plan_shared_memory import shared_plan, tma_ring_bound
-from tilevm.backend.passes.vectorize_memory import chunk_dim
-from tilevm.backend.target import target
+from tilevm.backend.analysis.divisibility import ProgramPoint, rewrite_instructions
+from tilevm.backend.analysis.fragments import MMA_INSTRUCTIONS, WGMMA_DTYPES
+from tilevm.backend.analysis.ldmatrix import select_ldmatrix
+from tilevm.backend.analysis.shared_memory import shared_plan
+from tilevm.backend.analysis.signature import signature_from_program
+from tilevm.backend.analysis.tma import tma_ring_bound
+from tilevm.backend.analysis.vectors import chunk_dim
+from tilevm.backend.passes.context import DEFAULT_CONTEXT, PassContext
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Const
@@ -63,13 +65,14 @@ TMA_MAX_BOX = 256
 STMATRIX_SM = 90  # `stmatrix` is in sm_90 and later
 
 
-def select_instructions(program: Program, arch: str | None = None) -> Program:
+def select_instructions(program: Program, context: PassContext = DEFAULT_CONTEXT) -> Program:
+    arch = context.arch
     plan = shared_plan(program)
     # TMA copies complete on a ring of mbarriers, which the program's pipeline must allow
     tma = arch in TMA_ARCHS and tma_ring_bound(program) is not None
     launch_views = _launch_invariant_views(program) if tma else set()
 
-    stmatrix = arch is not None and target(arch).sm >= STMATRIX_SM
+    stmatrix = arch is not None and context.target.sm >= STMATRIX_SM
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         if isinstance(inst, ins.LoadShared) or (
@@ -133,8 +136,6 @@ def _launch_invariant_views(program: Program) -> set[str]:
     """Names of the global views fixed for a whole launch (the runtime's `Signature.views`:
     top level, offset, shape and strides over scalar parameters only): a tensor map,
     encoded once per launch, can describe only those."""
-    from tilevm.backend.runtime import signature_from_program
-
     return {v.name for v in signature_from_program(program).views}
 
 

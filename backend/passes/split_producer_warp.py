@@ -66,19 +66,21 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from tilevm.backend.passes.plan_shared_memory import (
+from tilevm.backend.analysis.shared_memory import shared_plan
+from tilevm.backend.analysis.tma import (
+    RELEASE,
+    is_release,
     is_tma,
     multicast_refill_bound,
     producer_buffers,
-    shared_plan,
     stored_operands,
     tma_ring_bound,
 )
+from tilevm.backend.passes.context import DEFAULT_CONTEXT, PassContext
 from tilevm.ir import dataflow
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Expr, free_vars
-from tilevm.ir.instructions import lowering
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.transform import instructions, map_seq
@@ -91,7 +93,7 @@ PRODUCER_INSTRUCTIONS = (ins.GlobalView, ins.AllocShared, ins.CopyAsync,
 WRITES = (ins.StoreShared, ins.StoreGlobal, ins.AtomicAdd, ins.CopyAsync)
 
 
-def split_producer_warp(program: Program) -> Program:
+def split_producer_warp(program: Program, context: PassContext = DEFAULT_CONTEXT) -> Program:
     if not program.producer_warps:
         return program
     _check_copies(program)
@@ -105,15 +107,6 @@ def split_producer_warp(program: Program) -> Program:
 # What a converting producer may compute a stored tile with (register in, register out).
 CONVERTING_INSTRUCTIONS = (ins.LoadGlobal, ins.Cast, ins.View, ins.Elementwise, ins.Full,
                            ins.Where, ins.Assign)
-RELEASE = lowering("release")  # a store's form in the other warps: the tile's release
-
-
-def is_release(inst: ins.Instruction) -> bool:
-    """Whether `inst` is a `store_shared` the converting producer runs, left in the
-    other warps' body as the release of its tile (`lowering.tma.emit_tma_release`)."""
-    return isinstance(inst, ins.StoreShared) and inst.lowering == RELEASE
-
-
 def _converted(program: Program) -> set[int]:
     """With a converting producer: the ids of the `store_shared`s into the tiles `dot`s
     read (`stored_operands`) and of every instruction that computes what they store,

@@ -1,0 +1,49 @@
+"""Lowering of `atomic_add`: one thread's atomic on global memory, its result handed to
+the whole block."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tilevm.backend.llvm.context import KernelContext
+from tilevm.backend.llvm.lowering.barrier import emit_barrier
+from tilevm.backend.llvm.shared_buffer import shared_scratch
+from tilevm.backend.llvm.types import I1, I32, I64, PTR
+from tilevm.ir import instructions as ins
+
+
+def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
+    """Thread 0 adds, between two barriers, and hands the old value to the block through
+    the shared scratch word (`SharedPlan.scratch_offset`). The barrier before it orders every
+    thread's earlier writes before the addition, which releases them at GPU scope
+    (`atom.acq_rel.gpu`); its acquire, and the barrier after it, order the block's later
+    reads after the additions it saw. An element outside `dst` adds nothing (the result
+    is 0; the interpreter reports it as an error)."""
+    b = cg.b
+    view = cg.tensors[inst.dst.name]
+    index, inside = view.offset, ir.Constant(I1, 1)
+    for o, extent, stride in zip(inst.offsets, view.shape, view.strides):
+        coord = cg.i64(o)
+        inside = b.and_(inside, b.and_(b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
+                                       b.icmp_signed("<", coord, extent)))
+        index = b.add(index, b.mul(coord, stride))
+    value = cg.expr(inst.value, inst.out.dtype)
+    slot = shared_scratch(cg)
+    atom = ir.InlineAsm(ir.FunctionType(I32, [PTR, I32]),
+                        "atom.acq_rel.gpu.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}",
+                        side_effect=True)
+    emit_barrier(cg)
+    with b.if_then(b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
+        ptr = b.gep(view.base, [index], source_etype=I32)
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                old = b.call(atom, [ptr, value])
+                added = b.block
+            with otherwise:
+                skipped = b.block
+        result = b.phi(I32)
+        result.add_incoming(old, added)
+        result.add_incoming(ir.Constant(I32, 0), skipped)
+        b.store(result, slot)
+    emit_barrier(cg)
+    cg.scalars[inst.out.name] = b.load(slot, typ=I32)
