@@ -10,19 +10,17 @@
 docs/quantized-matmul.md describes the kernel, the weight format and the measurements.
 """
 
+from tilevm.kernels import linear
 from tilevm.kernels.matmul import quantized_matmul, tune, tuned_schedule
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
-from tilevm.kernels.weights import (
+from tilevm.kernels.weight_format import (
     FRAGMENTS,
     ROW_PACKED,
-    QuantizedWeight,
-    dequantize,
-    encode,
     pack_weights,
     padded_n,
-    quantize,
     unpack_weights,
 )
+from tilevm.kernels.weights import QuantizedWeight, dequantize, encode, quantize
 
 __all__ = ["FRAGMENTS", "ROW_PACKED", "QuantizedLinear", "QuantizedWeight", "Schedule",
            "candidates", "default_schedule", "dequantize", "encode", "pack_weights",
@@ -30,9 +28,7 @@ __all__ = ["FRAGMENTS", "ROW_PACKED", "QuantizedLinear", "QuantizedWeight", "Sch
            "unpack_weights"]
 
 
-def __getattr__(name: str):
-    if name == "QuantizedLinear":  # torch is imported only when the layer is asked for
-        from tilevm.kernels.linear import QuantizedLinear
-
-        return QuantizedLinear
+def __getattr__(name: str) -> type:
+    if name == "QuantizedLinear":  # a torch module: torch is imported on this first use
+        return linear.QuantizedLinear
     raise AttributeError(f"module 'tilevm.kernels' has no attribute {name!r}")

@@ -35,6 +35,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tilevm.backend.launch import compiled_kernel
+from tilevm.backend.prebuild import prebuild
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
@@ -47,7 +49,8 @@ from tilevm.kernels.schedule import (
     default_schedule,
     k_tile,
 )
-from tilevm.kernels.weights import FRAGMENTS, QuantizedWeight
+from tilevm.kernels.weight_format import FRAGMENTS
+from tilevm.kernels.weights import QuantizedWeight
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _lock = threading.Lock()
@@ -205,16 +208,12 @@ def _splitk_grow(key: tuple[Any, int], floats: int, tiles: int) -> tuple[Any, An
 def _compiled(program: Any) -> Any:
     """The loaded kernel of `program` (the PTX comes from the on-disk cache after the
     first process)."""
-    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
-
     return compiled_kernel(program)
 
 
 def _prebuild(qw: QuantizedWeight, schedules: list[Schedule], N: int) -> None:
     """Build the programs of these schedules at once, in worker processes
     (`backend.prebuild`), so that loading each is a cache hit."""
-    from tilevm.backend.prebuild import prebuild
-
     programs = [_program(qw, s, N) for s in schedules]
     if any(s.dequant for s in schedules):
         programs.append(_dequantizer_program(qw))
@@ -244,7 +243,7 @@ def _capability(device_index: int) -> tuple[int, int]:
 
 def is_hopper(device: Any) -> bool:
     """Whether the device runs sm_90a code (wgmma): compute capability 9.0, for which
-    kernels are compiled as sm_90a (`backend.target.native_arch`)."""
+    kernels are compiled as sm_90a (`backend.analysis.target.native_arch`)."""
     return _capability(device.index if device.index is not None else 0) == (9, 0)
 
 

@@ -9,7 +9,7 @@ many rows; the schedule picks the kernel and its tile sizes):
 
 - each warp owns 32 columns of y and streams its weights straight from global memory
   into registers, 16 bytes per lane for int4 (`4 * b` bytes: 32 codes), already in the
-  order the tensor cores read them. The weight format (`fragment_order`) stores each
+  order the tensor cores read them. The weight format (`kernels.weight_format`) stores each
   32 x 32 block of codes ("atom") lane by lane: lane `t` finds its 32 codes of the
   atom's eight `mma.m16n8k16` B fragments in `4 * b` consecutive bytes (each word's
   codes ordered so a converted pair is one mma register: `storage_order`). So a `view`
@@ -50,58 +50,14 @@ are even.
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factories.
 from functools import cache
 
-import numpy as np
-
 from tilevm import dtypes
-from tilevm.backend import conversions
-from tilevm.backend.arith import lane_pairs
 from tilevm.dtypes import DataType
-from tilevm.layouts import RegisterLayout, local, replicated, spatial
+from tilevm.dtypes.conversion import conversion_rule, takes_exponent
+from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
+from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
-
-ATOM = 32  # the format's block of codes: ATOM x ATOM, one warp's 32 columns
-# One warp's registers over an atom: 2 x 4 mma B fragments (16 x 8 each), row-major.
-ATOM_LAYOUT = local(2, 4) * mma_m16n8k16_b()
-
-
-def storage_order(bits: int) -> np.ndarray:
-    """`order[s]`: which code of a lane's run (in `ATOM_LAYOUT`'s register order) the
-    format stores at position `s` (the `s`-th b-bit field of the lane's `4 * b` bytes).
-
-    A `cast` to f16/bf16 converts two codes with one f16x2 operation, the pairs of
-    positions `backend.arith.lane_pairs` gives: codes whose bits lie 16 (mod 32) apart,
-    one in a low 16-bit lane, the other at the same offset in a high one (for b in {1,
-    2, 4, 8} in the same word: one shift and one AND put both in their lanes). The two
-    values of an mma register are register-order codes `2i` and `2i + 1`, so the format
-    stores those at a pair's positions: then each converted pair is one mma register,
-    with no re-packing (`prmt`) of converted halves. The register pairs of half atom 0
-    (n-blocks 0 and 1, 16 columns: one A fragment's rows of W^T) take the first 8 pairs of
-    positions, half atom 1's the last 8: for an even width b those are the first and the
-    second 2b bytes of the run, so a warp converting half an atom loads one run
-    (`kernels.qmm_wgmma`'s `half_atoms`); for odd widths each pair spans both halves."""
-    order = np.empty(ATOM, dtype=np.int64)
-    for i, (first, second) in zip(_pairs_by_half_atom(), lane_pairs(bits, ATOM)):
-        order[first], order[second] = 2 * i, 2 * i + 1
-    return order
-
-
-def _pairs_by_half_atom() -> list[int]:
-    """The 16 register pairs of a lane's run (pair i: `ATOM_LAYOUT` registers 2i and
-    2i + 1, one mma register), those in the atom's first 16 columns (half atom 0) first,
-    each half in register order."""
-    column = ATOM_LAYOUT.table()[0, ::2, 1]  # of each pair's codes, in lane 0
-    return sorted(range(ATOM // 2), key=lambda i: column[i] // (ATOM // 2))
-
-
-@cache
-def atom_code_layout(bits: int) -> RegisterLayout:
-    """The layout of a lane's b-bit codes as the format stores them (`storage_order`):
-    `ATOM_LAYOUT` with its locals in storage order (the same elements in the same
-    threads; `cast` to `ATOM_LAYOUT` only renames registers)."""
-    return RegisterLayout.from_table(ATOM_LAYOUT.table()[:, storage_order(bits)],
-                                     ATOM_LAYOUT.shape)
 
 
 def activation_type(act: DataType | str) -> DataType:
@@ -337,8 +293,8 @@ def rebias_exponent(wdtype: DataType, act: DataType) -> int:
     op): low-bit floats into f16; 0 otherwise."""
     if not (wdtype.is_float and act.name == "f16"):
         return 0
-    e = conversions.conversion_rule(wdtype, act, allow_rounding=True).scale_exponent
-    return e if conversions.takes_exponent(wdtype, act, -e) else 0
+    e = conversion_rule(wdtype, act, allow_rounding=True).scale_exponent
+    return e if takes_exponent(wdtype, act, -e) else 0
 
 
 def splitk_sizes(M: int, N: int, bm: int, bn: int, split_k: int) -> tuple[int, int]:
@@ -379,51 +335,3 @@ def shift_ahead(ahead: tuple, later) -> tuple:
 qmm_f16 = qmm_kernel("f16")
 qmm_bf16 = qmm_kernel("bf16")
 
-
-# ---- the weight format ---------------------------------------------------------------------
-
-def fragment_order(codes, bits: int):
-    """`codes[K, N]` (K, N multiples of 32; numpy or torch) of `bits`-bit codes ->
-    `[K/32, N/32, 32, 32]`: for each 32 x 32 atom (row-major over the atoms), lane `t`'s
-    32 codes in the format's storage order (`atom_code_layout(bits)`: its register order,
-    `ATOM_LAYOUT`, with each mma register's two codes at the positions a conversion
-    pairs, `storage_order`). The "fragments" weight format packs each such run of 32 codes
-    (`kernels.weights`), so a lane's load brings exactly its B fragments."""
-    K, N = (int(s) for s in codes.shape)
-    if K % ATOM or N % ATOM:
-        raise ValueError(f"the fragment order needs K and N multiples of {ATOM}, got {K}, {N}")
-    ks, ns = _lane_coordinates(bits)
-    atoms = codes.reshape(K // ATOM, ATOM, N // ATOM, ATOM)
-    atoms = atoms.permute(0, 2, 1, 3) if hasattr(atoms, "permute") else \
-        atoms.transpose(0, 2, 1, 3)
-    if hasattr(atoms, "permute"):  # torch: index with tensors on its device
-        import torch
-
-        ks, ns = (torch.as_tensor(a, device=atoms.device) for a in (ks, ns))
-    return atoms[:, :, ks, ns]
-
-
-def fragment_order_inverse(ordered, bits: int):
-    """`fragment_order`'s inverse: `[K/32, N/32, 32, 32]` lane runs -> `codes[K, N]`."""
-    K32, N32 = (int(s) for s in ordered.shape[:2])
-    ks, ns = _lane_coordinates(bits)
-    flat = ks * ATOM + ns  # [lane, local] -> position in the atom
-    order = np.argsort(flat.reshape(-1))
-    runs = ordered.reshape(K32, N32, ATOM * ATOM)
-    if hasattr(runs, "permute"):
-        import torch
-
-        atoms = runs[:, :, torch.as_tensor(order, device=runs.device)]
-        return atoms.reshape(K32, N32, ATOM, ATOM).permute(0, 2, 1, 3).reshape(
-            K32 * ATOM, N32 * ATOM)
-    atoms = runs[:, :, order]
-    return atoms.reshape(K32, N32, ATOM, ATOM).transpose(0, 2, 1, 3).reshape(
-        K32 * ATOM, N32 * ATOM)
-
-
-@cache
-def _lane_coordinates(bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(k, n) inside an atom of each (lane, stored code) of `atom_code_layout(bits)`: two
-    [32, 32] arrays."""
-    table = atom_code_layout(bits).table()  # [lane, local, (k, n)]
-    return table[..., 0], table[..., 1]

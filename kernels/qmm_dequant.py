@@ -5,18 +5,17 @@ Same problem, weight format and requirements as `kernels.qmm`. `kernels.qmm_wgmm
 converts each weight once per 256 rows of x, inside the matmul, where the conversion's
 integer work competes with the wgmmas for issue slots and registers; here each weight is
 converted once, by `dequantize_kernel`, at the cost of writing and reading back
-`2 * Np * K` bytes (`schedule.dequant_workspace`; 128 MB for 8192 x 8192). Which one is faster
-depends on the conversion's cost (measured on an H100, M = 4096, against the
-shared-weights kernel on 8B qkv and the 70B layers: f6e3m2 0.89-0.97x the time, int8
-1.00-1.03x, int4 1.02-1.11x; bench/results/qmm_h100_prefill_dequant/), so it is a
-tuning candidate beside that kernel (`kernels.schedule.candidates`).
+`2 * Np * K` bytes (`schedule.dequant_workspace`). Which one is faster depends on the
+conversion's cost (the dearer it is, the better this pair does: docs/quantized-matmul.md,
+"Measurements"), so it is a tuning candidate beside that kernel
+(`kernels.schedule.candidates`).
 
 - `dequantize_kernel`: one block a k-tile (`bk` rows, 32 or 64, inside one group) of
   `32 * num_warps / (bk / 32)` columns: the codes loaded and converted as the
   shared-weights kernel does (`qmm_wgmma_shared.dequantized`: minus the zero point,
   times the scale, each rounded to the activation type), stored through shared memory
   so that each thread writes 16 contiguous bytes of W^T `[Np, K]` (K contiguous;
-  storing the fragments straight from registers took 2.3x the time).
+  storing the fragments straight from registers, a few bytes a store, is much slower).
 - `wt_matmul_kernel`: y^T = W^T x^T, both operands copied by TMA into `stages` buffers,
   `lead` k-tiles ahead, and multiplied by warpgroup MMA from shared memory, `m64n{bm}k16`
   (the shared-weights kernel's pipeline without the conversion: 16 * num_warps columns
@@ -24,9 +23,8 @@ tuning candidate beside that kernel (`kernels.schedule.candidates`).
   past M, N, K are zero-filled by the copies and never stored. With `producer` a
   producer warp issues the copies; with `cluster` (2 or 4, and the producer) that many
   adjacent column tiles of a row tile form a cluster that reads each k-tile of x once
-  (multicast). Measured on an H100 against the tuned form (no producer, lead 2): the
-  producer 0.97-1.07x the time, clusters of 2 0.97-1.04x, of 4 1.00-1.09x, so the tuner
-  keeps the plain form (bench/results/qmm_h100_prefill_cluster/).
+  (multicast). Neither was faster than the plain form (no producer, lead 2), which is
+  the one the tuner times.
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -34,9 +32,10 @@ tuning candidate beside that kernel (`kernels.schedule.candidates`).
 from functools import cache
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
+from tilevm.kernels.qmm import activation_type
 from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed, tile_of
 from tilevm.kernels.qmm_wgmma_shared import dequantized
+from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled

@@ -32,7 +32,8 @@ and K % group_size == 0, as in `kernels.qmm`.
 from functools import cache
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import ATOM, ATOM_LAYOUT, activation_type, atom_code_layout
+from tilevm.kernels.qmm import activation_type
+from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.vm import lang as tv

@@ -29,11 +29,9 @@ round trip (no ldmatrix, no conversion of x).
   registers into the tensor cores: no shared tile of weights, no `stmatrix`, no
   barrier waiting for every warp's conversion before a warpgroup's wgmmas. Each warp
   loads the 2b bytes of a lane's 4b that hold its half (`half_atom_code_layout`: the
-  format stores half atom 0's codes first). H100, M = 4096, 8B qkv, 70B o and gate_up:
-  int8 0.95-0.97x the time of the shared-weights kernel (geomeans;
-  bench/results/qmm_h100_prefill_half_atoms/), f6e3m2 0.94-0.96x, int4 and int2
-  1.01-1.03x (bench/results/qmm_h100_prefill_half_atoms_even/). For odd widths a half atom's
-  codes are not whole bytes of a lane's run: they keep whole atoms;
+  format stores half atom 0's codes first). It beats the shared-weights kernel where
+  the conversion is dear (6- and 8-bit codes; `schedule.HALF_ATOM_BITS`). For odd
+  widths a half atom's codes are not whole bytes of a lane's run: they keep whole atoms;
 - the activations are copied by `copy_async` as x^T k-tiles `[bk, bm]`, K-major (each
   row of x is a column of 128 contiguous bytes, the 128-byte swizzle of wgmma), into
   `stages` shared buffers, `lead` k-tiles ahead (1..stages-1; 0: stages - 1), one
@@ -44,10 +42,9 @@ round trip (no ldmatrix, no conversion of x).
   buffer: with `lead = stages - 1` it does (k-tile t's buffer is refilled at t + 1), so
   each barrier waits for the tensor cores; with `lead <= stages - 2` the barrier keeps
   k-tile t's group in flight (`wgmma_waits`; each `dot` retires the group before its
-  own). Measured on an H100 (M = 4096, 20 layers and types): tensor pipe active 61% ->
-  66% (int4, 8B qkv), 0.983x the time as the best of the tuned tilings. ptxas keeps the
-  two k-tiles' A registers apart only with an even number of stages (the loop is unrolled
-  `stages` times; with an odd number it serializes every wgmma, C7513);
+  own), which keeps the tensor pipe busier. ptxas keeps the two k-tiles' A registers
+  apart only with an even number of stages (the loop is unrolled `stages` times; with an
+  odd number it serializes every wgmma, C7513);
 - blocks take their tiles in groups of `group_m` row tiles (`grouped_tiles`), so that
   the blocks running at once share weight tiles in L2.
 
@@ -59,20 +56,17 @@ the group size: a k-tile never straddles two scale groups.
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
 from functools import cache
 
-import numpy as np
-
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import (
-    ATOM,
     activation_type,
-    atom_code_layout,
     fetch_ahead,
     park_partial_sums,
     partial_sums,
     reset_count,
     shift_ahead,
 )
-from tilevm.layouts import RegisterLayout, local, spatial
+from tilevm.kernels.weight_format import ATOM, atom_code_layout, half_atom_code_layout
+from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
 from tilevm.vm import lang as tv
@@ -201,17 +195,6 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
     return qmm_wgmma
 
 
-@cache
-def half_atom_code_layout(bits: int) -> RegisterLayout:
-    """Two warps over an atom of b-bit codes (b even), warp h holding n-blocks 2h and
-    2h + 1 (16 columns: one A fragment's rows) as the format stores them: half h of a
-    lane's 4b bytes (`storage_order` stores half atom 0's codes first; for even b its
-    conversion pairs lie inside each half)."""
-    atom = atom_code_layout(bits).table()
-    table = [atom[lane][16 * h:16 * h + 16] for h in range(2) for lane in range(32)]
-    return RegisterLayout.from_table(np.array(table), (ATOM, ATOM))
-
-
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
                group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
                split_k: int = 1):
@@ -242,12 +225,9 @@ def grouped_tiles(tiles_n, tiles_m, group_m: int):
     group's x rows stay there while its columns go by; DRAM reads each weight tile
     once per group instead of once per wave. In launch order (column tile fastest) a
     wave of blocks spans all columns of two or three row tiles, the whole weight
-    matrix, which does not stay in L2 (H100, 8B qkv int4, M = 4096: 334 MB read from
-    DRAM for 25 MB of weights and 34 MB of x, and most stalls waiting on global
-    loads). Measured (H100, M = 4096, int4/int3/f6e3m2/int8 on 8B qkv and the 70B
-    layers, best of the three tilings): groups of 8 row tiles 0.986x the time of launch
-    order (0.94x to 1.02x; 70B gate_up 0.94-0.99x), 16 0.997x, 32 1.006x
-    (bench/results/qmm_h100_prefill_grouped_tiles/)."""
+    matrix, which does not stay in L2: DRAM then reads the weights many times over,
+    and most stalls wait on global loads. Groups of 8 row tiles (the kernels' default
+    `group_m`) did best of the group sizes tried."""
     return tile_of(tv.block_idx(1) * tiles_n + tv.block_idx(0), tiles_n, tiles_m, group_m)
 
 
@@ -272,14 +252,11 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
     main loop's stages, which the whole tile then reuses) are freed, each thread writes
     its values, and after a barrier reads back and stores 16 contiguous bytes of a row
     of y: for a 256 x 128 tile, 16 global stores a thread instead of 128, for 128
-    2-byte shared stores and 32 8-byte shared loads. Measured on an H100 (the f16
-    matmul of the dequant pair, M = 4096): 0.93-0.98x the time
-    (bench/results/qmm_h100_prefill_epilogue/). `wide` needs N % 8 == 0 (the 16-byte
-    pieces of a row are then aligned; checked before launch).
+    2-byte shared stores and 32 8-byte shared loads, which is faster. `wide` needs
+    N % 8 == 0 (the 16-byte pieces of a row are then aligned; checked before launch).
 
     The shared tile's rows are padded by 8 bytes, unswizzled (2-byte shared stores): the
-    planner's swizzled layout (`stmatrix` stores) took 1.005x the time
-    (bench/results/wgmma_tile_store/)."""
+    planner's swizzled layout (`stmatrix` stores) was no faster."""
     bn, bm = acc_layout.shape
     threads = 32 * num_warps
     per_row = bn // 8  # threads along a row of the tile: 16 bytes each

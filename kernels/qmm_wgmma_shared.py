@@ -6,7 +6,7 @@ Same problem, weight format and requirements as `kernels.qmm`; the sibling of
 `kernels.qmm_wgmma`, whose warpgroups each convert the weights they multiply (A in
 registers): there every weight is converted once per 128 rows of x, and the weights'
 loads and conversion are what that kernel pays over cuBLAS (without them it runs at
-cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). Here:
+cuBLAS's speed). Here:
 
 - a block has `num_warps` warps (whole warpgroups) and computes `bn` columns of y for
   `bm` rows; `bn = 32 * num_warps / (bk / 32)`: warp `(h, j)` loads and converts atom
@@ -23,29 +23,24 @@ cuBLAS's speed, bench/results/qmm_h100_prefill_wgmma_overlap/weightless.txt). He
   of t and the scales of t + 1, barrier (every warp's weights of t stored), `dot` on
   k-tile t (its wgmmas run while the rest goes on; the `dot` retires the previous
   k-tile's), copy x of t + lead and the scales of t + lead + 1 (right after the `dot`:
-  issued after the conversion instead, the kernel took 1.03-1.08x the time, and before
-  the `dot` 1.01-1.07x, bench/results/qmm_h100_prefill_copy_order/), load the codes of
+  issued after the conversion, or before the `dot`, they were slower), load the codes of
   t + 1 + `prefetch` (in flight in registers meanwhile; with `prefetch == stages`, the
   tuned tiling, a whole iteration's codes are fetched at once instead, after its first
   k-tile's conversion), convert the weights of t + 1 into their buffer. A buffer is
-  rewritten only once the
-  wgmmas reading it are retired, which needs `lead <= stages - 2` (the wait analysis
-  keeps the previous k-tile's group in flight across the barrier then; with less room it
-  waits, still correct);
+  rewritten only once the wgmmas reading it are retired, which needs
+  `lead <= stages - 2` (the wait analysis keeps the previous k-tile's group in flight
+  across the barrier then; with less room it waits, still correct);
 - blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`);
 - with `producer=R` a converting producer warpgroup (`tv.producer_warp(registers=R,
   converts=True)`) converts the weights instead, `stages - 1` k-tiles ahead, its scales
-  read from global memory with the codes; the 8 warps only wait and multiply. Measured
-  1.08-1.23x the time of the tuned kernel on an H100 (one warpgroup converting is the
-  slowest stage; bench/results/qmm_h100_prefill_converting_producer/): not tuned.
+  read from global memory with the codes; the 8 warps only wait and multiply. It is
+  slower than the tuned kernel (one warpgroup converting is the slowest stage): not
+  tuned.
 
-Measured on an H100 (M = 4096, 256 rows, 8 warps, 4 stages, x 2 k-tiles ahead; against
-the better of two `kernels.qmm_wgmma` tilings on the same machine): int4 0.90-0.93x the
-time on 8B qkv and the 70B qkv, o and down layers (1.01x on gate_up); int3 0.99-1.09x,
-f6e3m2 0.97-1.03x, int8 0.96-1.11x: a tuning candidate beside that kernel's tilings
-(bench/results/qmm_h100_prefill_shared_weights/). With codes 3 k-tiles ahead and the
-copies right after the `dot`, it beats the (128,4,4,2) tiling by 5-19% on every layer
-for each of the four types (bench/results/qmm_h100_prefill_copy_order/).
+With 256 rows, 8 warps, 4 stages, x two k-tiles ahead, the codes a loop iteration at a
+time and the copies right after the `dot`, it beats every `kernels.qmm_wgmma` tiling at
+every type measured (docs/quantized-matmul.md, "Measurements"): a tuning candidate, with
+the two best of those tilings beside it.
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -53,15 +48,9 @@ for each of the four types (bench/results/qmm_h100_prefill_copy_order/).
 from functools import cache
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import (
-    ATOM,
-    ATOM_LAYOUT,
-    activation_type,
-    atom_code_layout,
-    fetch_ahead,
-    shift_ahead,
-)
+from tilevm.kernels.qmm import activation_type, fetch_ahead, shift_ahead
 from tilevm.kernels.qmm_wgmma import block_tile, copy_scales, store_transposed
+from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled

@@ -41,24 +41,22 @@ weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
-# The version of the schedule space, part of the tuning table's keys: bumped when the
-# candidates change (2: the wgmma kernel; 3: its `lead` tilings, and the shared-weights
-# kernel; 4: codes prefetched further ahead in the Hopper kernels; 5: beside the
-# shared-weights kernel only two wgmma tilings; 6: its codes a loop iteration at a time;
-# 7: odd widths' codes paired 16 bits apart, which moved their kernels' times; 8: the
-# dequantize-then-multiply pair; 9: the wgmma kernel with half atoms for 8-bit codes; 10:
-# and for 6-bit codes, with each half atom's codes one run of a lane's bytes; 11: its K
-# split between 33 and 256 rows on Hopper, and no 64-row tiles of the streaming kernel), so
-# problems tuned over an older space are tuned again instead of keeping a winner among
-# fewer (or other) kernels.
+# The version of the schedule space, part of the tuning table's keys: bumped whenever the
+# candidates change (or a change to the kernels moves their times), so that problems tuned
+# over an older space are tuned again instead of keeping a winner among fewer (or other)
+# kernels.
 SPACE_VERSION = 11
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
 @dataclass(frozen=True)
 class Schedule:
+    """A compile-time tiling of one of the quantized-matmul kernels (see the module
+    docstring for what each field means and which kernel takes it)."""
+
     bm: int = 16
     bk: int = 32
     num_warps: int = 1
@@ -192,94 +190,130 @@ class Schedule:
                 f"{' swap_ab' if self.swap_ab else ''}")
 
 
-# The staged kernel's tilings worth timing (bm, bk, num_warps, warps_m, stages), from an
-# H100 sweep at M = 4096 (int4, int3, f6e3m2, int8; each was the best or within 5% of it
-# for one type). The defaults come first, 64-row then 32-row k-tiles: they compile
-# without spills for every weight type (the others reach 255 registers for odd widths).
-STAGED_TILES = ((128, 64, 8, 2, 2), (128, 32, 8, 2, 3), (64, 32, 4, 1, 4),
-                (128, 32, 4, 2, 4), (64, 32, 8, 1, 4), (128, 64, 8, 2, 3))
+class StagedTile(NamedTuple):
+    """A tiling of the staged kernel (`kernels.qmm_staged`)."""
+
+    bm: int
+    bk: int
+    num_warps: int
+    warps_m: int
+    stages: int
+
+
+class WgmmaTile(NamedTuple):
+    """A tiling of the Hopper kernels (`kernels.qmm_wgmma`, `kernels.qmm_wgmma_shared`);
+    their `bk` follows the group size (`k_tile`)."""
+
+    bm: int
+    num_warps: int
+    stages: int
+    lead: int
+    prefetch: int
+
+
+class MiddleTile(NamedTuple):
+    """A tiling of the register-A wgmma kernel between decode and prefill, with the K
+    splits timed for it (4 stages, x and the codes two k-tiles ahead)."""
+
+    bm: int
+    num_warps: int
+    half_atoms: bool
+    splits: tuple[int, ...]
+
+
+class MiddleRows(NamedTuple):
+    """The `MiddleTile`s timed for problems of up to `rows` rows."""
+
+    rows: int
+    tiles: tuple[MiddleTile, ...]
+
+
+class DequantTile(NamedTuple):
+    """The matmul tiling of the dequantize-then-multiply pair (`kernels.qmm_dequant`)."""
+
+    bm: int
+    num_warps: int
+    stages: int
+    lead: int
+
+
+# The staged kernel's tilings worth timing, each the best (or close to it) for some weight
+# type in a prefill sweep. The defaults come first, 64-row then 32-row k-tiles: they
+# compile without spills for every weight type (the others spill for odd widths).
+STAGED_TILES = (
+    StagedTile(bm=128, bk=64, num_warps=8, warps_m=2, stages=2),
+    StagedTile(bm=128, bk=32, num_warps=8, warps_m=2, stages=3),
+    StagedTile(bm=64, bk=32, num_warps=4, warps_m=1, stages=4),
+    StagedTile(bm=128, bk=32, num_warps=4, warps_m=2, stages=4),
+    StagedTile(bm=64, bk=32, num_warps=8, warps_m=1, stages=4),
+    StagedTile(bm=128, bk=64, num_warps=8, warps_m=2, stages=3),
+)
 
 
 def staged(bm: int, bk: int, num_warps: int, warps_m: int, stages: int) -> Schedule:
-    """The staged kernel's schedule with this tiling (the order of `STAGED_TILES`)."""
+    """The staged kernel's schedule with this tiling (the fields of a `StagedTile`)."""
     return Schedule(bm, bk, num_warps, staged=True, warps_m=warps_m, stages=stages)
 
 
-# The Hopper kernel's tilings worth timing (bm, num_warps, stages, lead, prefetch), from
-# H100 sweeps at M = 4096 (int4, int3, f6e3m2, int8 on 8B qkv and the 70B layers): 128
-# rows (128 accumulators per thread; 64- and 96-row tiles lost 10-30%, and 64 rows with
-# three blocks an SM, 168 registers, took 1.17-1.48x the time); x copied one k-tile
-# ahead into 2 stages (the wgmmas wait at each barrier) or one or two ahead into 4,
-# which keeps a k-tile's wgmmas running while the next is converted (each the best on
-# some layers; 0.983x the time of the earlier three tilings,
-# bench/results/qmm_h100_prefill_wgmma_overlap/); 3 stages, or 4 with two warpgroups
-# and the barrier waiting, won no case there. The codes one k-tile ahead, and two in
-# (128, 4, 4, 2): int4 0.925x the time of one (0.91-0.94), int3 1.01x, f6e3m2 0.99x,
-# int8 spills (bench/results/qmm_h100_prefill_prefetch/).
-WGMMA_TILES = ((128, 4, 2, 0, 1), (128, 4, 4, 1, 1), (128, 4, 4, 2, 1), (128, 8, 4, 1, 1),
-               (128, 8, 4, 2, 1), (128, 4, 4, 2, 2))
-# The shared-weights kernel's (bm, num_warps, stages, lead, prefetch): 256 rows, 8 warps
-# (128 columns), x two k-tiles ahead of four stages (H100: int4 0.90-0.93x the time of
-# the better of (128,4,2) and (128,4,4,2) on four of five layers, the other types
-# 0.96-1.11x; 3 stages one ahead, or 128 rows, 1.3-1.6x; bench/results/
-# qmm_h100_prefill_shared_weights/); the codes three k-tiles ahead (4 stages: the
-# registers come round without copies): against one, int4 0.953x the time, int3 0.970,
-# f6e3m2 0.988, int8 0.992 (204-217 registers; bench/results/qmm_h100_prefill_prefetch/);
-# four, fetched a loop iteration at a time (`prefetch == stages`), against three: int4
-# 0.981x, int3 0.970, f6e3m2 1.005, int8 0.981 (212-233 registers;
-# bench/results/qmm_h100_prefill_copy_order/batch_ab.*).
-# With 64-row k-tiles only (32: 256 columns, 256 accumulators a thread). With its copies
-# issued right after the `dot` it beat every `WGMMA_TILES` tiling at every type measured
-# (int4, int3, f6e3m2, int8; 5-22%, bench/results/qmm_h100_prefill_copy_order/), so where
-# it fits only the two best of those are timed beside it (`WGMMA_TILES_BESIDE_SHARED`).
-WGMMA_SHARED_TILES = ((256, 8, 4, 2, 4),)
-WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])  # (128,4,2), (128,4,4,2)
-# The wgmma kernel with half atoms (bm, num_warps, stages, lead, prefetch): 256 rows,
-# 8 warps of 16 columns (128), x two k-tiles ahead of four stages, the codes two ahead
-# (211 registers). H100, M = 4096, int8 on 8B qkv, 70B o and gate_up: 0.92-1.00x
-# the time of the shared-weights kernel's tuned tiling, geomean 0.95-0.97 in each of
-# three rounds; the codes one or three ahead, x one ahead, or six stages were slower
-# (bench/results/qmm_h100_prefill_half_atoms/).
-WGMMA_HALF_ATOM_TILES = ((256, 8, 4, 2, 2),)
-# The widths it is timed for (the kernel takes any even width): for 6-bit codes too it
-# beat the shared-weights kernel (H100, f6e3m2: 0.92-0.95x the time on 8B qkv and 70B o,
-# 0.96-1.02x on gate_up); for 2- and 4-bit codes, whose conversions are cheaper, it was
-# 1.00-1.06x slower (bench/results/qmm_h100_prefill_half_atoms_even/).
+# The Hopper kernel's tilings worth timing, each the best on some prefill layer and type:
+# 128 rows (smaller tiles lost); x one k-tile ahead of 2 stages (the wgmmas wait at each
+# barrier), or one or two ahead of 4, which keeps a k-tile's wgmmas running while the
+# next is converted; the last with the codes two k-tiles ahead, which helps int4
+# (docs/quantized-matmul.md, "The kernel").
+WGMMA_TILES = (
+    WgmmaTile(bm=128, num_warps=4, stages=2, lead=0, prefetch=1),
+    WgmmaTile(bm=128, num_warps=4, stages=4, lead=1, prefetch=1),
+    WgmmaTile(bm=128, num_warps=4, stages=4, lead=2, prefetch=1),
+    WgmmaTile(bm=128, num_warps=8, stages=4, lead=1, prefetch=1),
+    WgmmaTile(bm=128, num_warps=8, stages=4, lead=2, prefetch=1),
+    WgmmaTile(bm=128, num_warps=4, stages=4, lead=2, prefetch=2),
+)
+# The shared-weights kernel's tiling: 256 rows, 8 warps (128 columns), x two k-tiles
+# ahead of four stages, the codes a loop iteration at a time (`prefetch == stages`: the
+# registers come round without copies); 64-row k-tiles only (with 32-row ones a block
+# would hold 256 columns: 256 accumulators a thread). It beat every `WGMMA_TILES` tiling
+# at every type measured, so where it fits only the two best of those are timed beside
+# it (`WGMMA_TILES_BESIDE_SHARED`).
+WGMMA_SHARED_TILES = (WgmmaTile(bm=256, num_warps=8, stages=4, lead=2, prefetch=4),)
+WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])
+# The wgmma kernel with half atoms: 256 rows, 8 warps of 16 columns (128), x and the
+# codes two k-tiles ahead of four stages. It takes any even width, and is timed for the
+# widths whose conversions are dearest (`HALF_ATOM_BITS`), where it beat the
+# shared-weights kernel; for 2- and 4-bit codes it did not.
+WGMMA_HALF_ATOM_TILES = (WgmmaTile(bm=256, num_warps=8, stages=4, lead=2, prefetch=2),)
 HALF_ATOM_BITS = (6, 8)
-# Between decode and prefill (33..256 rows) on Hopper, the register-A wgmma kernel with
-# K split: (bm, num_warps, half_atoms, splits), 4 stages, x and the codes two k-tiles
-# ahead, for up to 64 and up to 256 rows; half atoms for even widths. On layers
-# with few column tiles (down, o) one row tile is too few blocks for the GPU. H100
-# (bench/results/qmm_h100_mid_m_splitk/), against the candidates before them:
-# - 64 x 128 (4 warps), and 64 x 128 and 128 x 128 of half atoms (8 warps), split 1-8:
-#   M = 64 and 256 on 8B down, 70B down and qkv, int4/int3/int8/f6e3m2, 0.63-0.93x the
-#   time on down, 0.90-1.04x on 70B qkv at 64 rows (`splitk.jsonl`);
-# - the wide tiles split in two (128 partial sums a thread beside the accumulator's 128:
-#   254 registers, no spills but int8's 128 x 128: 48 bytes): 70B down at 256 rows
-#   0.81-0.86x the time (`wide.jsonl`);
-# - one warpgroup of half atoms (64 columns a block) beat the 8-warp half-atom tiles on
-#   8B down and o, 70B o and qkv: at 64 rows 64 x 64 split 2 or 4 best in 10 of 12 cells
-#   (0.87-0.98x the time), at 256 rows 256 x 64 (split 1 or 2) or 128 x 64 best but on
-#   70B qkv (`narrow.jsonl`); so the 8-warp ones are gone but 64 x 128 without a split,
-#   the official run's pick on 8B qkv (int8, f6e3m2) and 70B gate_up (f6e3m2) at 64 rows,
-#   which the narrow sweep did not time.
-# At 256 rows on 70B qkv the 256-row tilings without a split stay 1.2-1.6x faster.
-MIDDLE_TILES = (  # (up to M rows, tilings)
-    (64, ((64, 4, False, (1, 2, 4, 8)), (64, 4, True, (1, 2, 4, 8)), (64, 8, True, (1,)))),
-    (256, ((64, 4, False, (1, 2, 4, 8)), (64, 4, True, (1, 2, 4, 8)),
-           (128, 4, True, (1, 2, 4, 8)), (128, 4, False, (2,)), (256, 4, True, (1, 2)),
-           (256, 8, True, (2,)))))
-# The dequantize-then-multiply pair's matmul tiling (bm, num_warps, stages, lead): the
-# shared-weights kernel's (`kernels.qmm_dequant`). Timed beside it where the workspace,
-# W^T in f16/bf16, takes at most `DEQUANT_WORKSPACE_LIMIT` bytes (70B gate_up: 940 MB).
-DEQUANT_TILE = (256, 8, 4, 2)
+# Between decode and prefill (33..256 rows) on Hopper, the register-A wgmma kernel with K
+# split, by row range: on layers with few column tiles (down, o) one row tile is too few
+# blocks for the GPU. Half atoms for even widths only: one warpgroup of them (64 columns a
+# block) beat 8 warps, but for 64 x 128 unsplit up to 64 rows (a pick on some wide
+# layers) and 256 x 128 split in two at 256 rows (with 128 x 128 of whole atoms split in
+# two: picks on the widest down layer). At 256 rows the prefill tilings without a split,
+# timed beside these, stay ahead on the widest layers.
+MIDDLE_TILES = (
+    MiddleRows(rows=64, tiles=(
+        MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=64, num_warps=8, half_atoms=True, splits=(1,)))),
+    MiddleRows(rows=256, tiles=(
+        MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=128, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=128, num_warps=4, half_atoms=False, splits=(2,)),
+        MiddleTile(bm=256, num_warps=4, half_atoms=True, splits=(1, 2)),
+        MiddleTile(bm=256, num_warps=8, half_atoms=True, splits=(2,)))),
+)
+# The dequantize-then-multiply pair's matmul tiling: the shared-weights kernel's. Timed
+# beside it where the workspace, W^T in f16/bf16, takes at most
+# `DEQUANT_WORKSPACE_LIMIT` bytes.
+DEQUANT_TILE = DequantTile(bm=256, num_warps=8, stages=4, lead=2)
 DEQUANT_WORKSPACE_LIMIT = 1 << 30
 
 
 def dequant_schedule() -> Schedule:
     """The dequantize-then-multiply pair's schedule (`DEQUANT_TILE`)."""
-    bm, num_warps, stages, lead = DEQUANT_TILE
-    return Schedule(bm, 64, num_warps, wgmma=True, stages=stages, lead=lead, dequant=True)
+    t = DEQUANT_TILE
+    return Schedule(t.bm, 64, t.num_warps, wgmma=True, stages=t.stages, lead=t.lead,
+                    dequant=True)
 
 
 def dequant_workspace(N: int, K: int) -> int:
@@ -299,13 +333,12 @@ def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
                     producer=producer, half_atoms=half_atoms)
 
 
-def wgmma_tile(tile: tuple[int, int, int, int, int], group_size: int, *,
-               shared_weights: bool = False, half_atoms: bool = False) -> Schedule:
+def wgmma_tile(tile: WgmmaTile, group_size: int, *, shared_weights: bool = False,
+               half_atoms: bool = False) -> Schedule:
     """`wgmma` of a `WGMMA_TILES` (or `WGMMA_SHARED_TILES`, `WGMMA_HALF_ATOM_TILES`)
     entry."""
-    bm, num_warps, stages, lead, prefetch = tile
-    return wgmma(bm, num_warps, stages, group_size, lead, prefetch, shared_weights,
-                 half_atoms=half_atoms)
+    return wgmma(tile.bm, tile.num_warps, tile.stages, group_size, tile.lead, tile.prefetch,
+                 shared_weights, half_atoms=half_atoms)
 
 
 def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
@@ -318,11 +351,11 @@ def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
 def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
     """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, half atoms
     for even widths only), with their K splits."""
-    table = next((tiles for rows, tiles in MIDDLE_TILES if M <= rows), ())
-    return [wgmma(bm, warps, 4, group_size, lead=2, prefetch=2, half_atoms=half,
-                  split_k=split)
-            for bm, warps, half, splits in table if not half or (bits or 1) % 2 == 0
-            for split in splits]
+    table = next((m.tiles for m in MIDDLE_TILES if M <= m.rows), ())
+    return [wgmma(t.bm, t.num_warps, 4, group_size, lead=2, prefetch=2,
+                  half_atoms=t.half_atoms, split_k=split)
+            for t in table if not t.half_atoms or (bits or 1) % 2 == 0
+            for split in t.splits]
 
 
 def shared_weights_tiles(group_size: int) -> list[Schedule]:
@@ -334,9 +367,8 @@ def shared_weights_tiles(group_size: int) -> list[Schedule]:
 
 def row_tiles(M: int) -> tuple[int, ...]:
     """Values of `bm` worth trying for M rows (the streaming kernel). Not 64: its
-    accumulators, partial sums and x fragments take more than 255 registers a thread
-    (ptxas 13.0: 1.3-1.6 KB of spills on sm_90a, at every width), and at M = 64 it took
-    16x the time of two 32-row tiles (H100, `bench/results/qmm_h100_mid_m_splitk/`)."""
+    accumulators, partial sums and x fragments take more than 255 registers a thread, so
+    it spills at every width and loses to two 32-row tiles by far."""
     if M <= 16:
         return (16,)
     if M <= 32:
@@ -348,15 +380,15 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
                bits: int | None = None) -> list[Schedule]:
     """The schedules the tuner times for this problem (all fit it); `hopper`: the GPU
     runs sm_90a code (wgmma); `bits`: the weight codes' width (`HALF_ATOM_BITS`: the
-    half-atom tiling too). Measured on an H100 and an H200 (bench/results): 64-row
-    k-tiles win whenever the group allows the pipelines with them; up to 8 rows the
-    swapped kernel won at every type; weights three k-tiles ahead (`deepen`) win on wide
-    layers and lose a few percent on some small ones (fewer warps fit: more registers);
-    from 4096 rows on an H100 the wgmma kernel beat the staged one at every type
-    measured (by 1.3 to 1.8x), so there it is the only one timed; above 256 rows the
-    dequantize-then-multiply pair too, where its workspace fits the limit. Between
-    (33..256 rows) on Hopper, the register-A wgmma kernel with K split (`middle_tiles`),
-    beside the streaming kernel up to 64 rows and the 256-row tilings above."""
+    half-atom tiling too). What the measurements behind it found
+    (docs/quantized-matmul.md, "Measurements"): 64-row k-tiles win whenever the group
+    allows the pipelines with them; up to 8 rows the swapped kernel won at every type;
+    weights three k-tiles ahead (`deepen`) win on wide layers and lose on some small ones
+    (more registers: fewer warps fit); for many rows on Hopper the wgmma kernels beat the
+    staged one at every type, so above 256 rows only they are timed, with the
+    dequantize-then-multiply pair where its workspace fits the limit. Between (33..256
+    rows) on Hopper, the register-A wgmma kernel with K split (`middle_tiles`), beside the
+    streaming kernel up to 64 rows and the 256-row tilings above."""
     bk = k_tile(group_size)
     found = []
     if hopper and 32 < M <= 256:  # the register-A kernel with K split: in between
@@ -372,14 +404,14 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
     if hopper and 64 < M <= 256:
         return list(dict.fromkeys(found))  # the staged and streaming kernels lost there
     if M > 64 and not (hopper and M > 256 and found):
-        found += [s for s in (staged(*t) for t in STAGED_TILES) if s.fits(K, group_size)]
+        found += [s for s in (staged(**t._asdict()) for t in STAGED_TILES)
+                  if s.fits(K, group_size)]
     if M > 256:
-        return found  # the streaming kernel was slower at every type (bench/results)
+        return found  # the streaming kernel was slower at every type measured
     splits = (1, 2, 4, 8, 16) if M <= 64 else (1,)  # prefill has blocks enough
-    if 8 < M <= 16:  # a split need not divide the groups: at 16 rows 6 filled the GPU
-        # best on some layers (H100 int4, 70B qkv: 8% over 4 or 8) and 16 never won; up
-        # to 8 rows 16 won for odd widths on 70B qkv and down. (Both everywhere: 18
-        # candidates, a first call of 21.7 s for f6e3m2, over the 20 s budget.)
+    if 8 < M <= 16:  # a split need not divide the groups: at 9..16 rows 6 filled the
+        # GPU best on some layers and 16 never won, while up to 8 rows 16 won for odd
+        # widths on some (both everywhere: too many candidates for the first call).
         splits = (1, 2, 4, 6, 8)
     if M <= 16:
         for warps in (2, 4):
@@ -414,8 +446,8 @@ def even_stages(unroll: int, group_size: int, bk: int) -> bool:
 
 
 def k_tile(group_size: int) -> int:
-    """`bk`: 64 rows when the group allows the two-stage pipeline with them (measured
-    best on an H100 and an H200), else 32."""
+    """`bk`: 64 rows when the group allows the two-stage pipeline with them (the faster
+    wherever it fits), else 32."""
     return 64 if group_size % 128 == 0 else 32
 
 
@@ -429,21 +461,21 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
                      bits: int | None = None) -> Schedule:
     """A good schedule without timing anything (see the module docstring; `bits`: the
     weight codes' width)."""
-    # Measured on an H100 (bench/results): 64-row k-tiles when the group allows the
-    # two-stage pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per
-    # block (4 on layers wide enough not to split K); prefill 4 warps (128 columns) per
-    # block for wide layers.
+    # The tuner's usual picks: 64-row k-tiles when the group allows the two-stage
+    # pipeline with them; decode (M <= 16) swapped, 2 warps (64 columns) per block (4 on
+    # layers wide enough not to split K); prefill 4 warps (128 columns) per block for
+    # wide layers.
     if M >= STAGED_FROM and hopper:
         # For 6- and 8-bit codes the half-atom tiling, else the shared-weights kernel,
         # where it fits and fills its 256-row tiles (the tuner's pick at every type
-        # measured at M = 4096); else the first wgmma tiling.
+        # measured for many rows); else the first wgmma tiling.
         wide = [s for s in half_atom_tiles(group_size, bits) + shared_weights_tiles(
             group_size) if M >= s.bm]
         for tile in wide + [wgmma_tile(WGMMA_TILES[0], group_size)]:
             if tile.fits(K, group_size):
                 return tile
     if M >= STAGED_FROM:
-        for tile in (staged(*t) for t in STAGED_TILES[:2]):
+        for tile in (staged(**t._asdict()) for t in STAGED_TILES[:2]):
             if tile.fits(K, group_size):
                 return tile
     bk = k_tile(group_size)
@@ -451,9 +483,9 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
     swap_ab = M <= 16 and x_shared
     if swap_ab:
         # Up to 8 rows 4 warps, one k-tile of weights ahead: the tuner's pick on most
-        # layers and types (H100, 2026-11-21). The deeper pipeline (`deepen`) won only on
-        # wide layers, and its registers sit at the 128 that let 16 warps share an SM: a
-        # conversion change that cost a few (int4: 136) made it 25-40% slower.
+        # layers and types. The deeper pipeline (`deepen`) won only on wide layers, and
+        # its register count sits at the limit that lets 16 warps share an SM, so a few
+        # more registers (a costlier conversion) make it much slower.
         bm = swap_rows(M)
         warps = 4 if bm == 8 else 2
     else:

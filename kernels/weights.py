@@ -1,5 +1,6 @@
-"""The weight path of the quantized-matmul kernels: quantize float weights, pack the codes
-into the kernels' weight format, and dequantize back.
+"""The weight path of the quantized-matmul kernels: quantize float weights into codes and
+scales (`quantize`, `encode`), hold them (`QuantizedWeight`, packed in a weight format of
+`kernels.weight_format`), and dequantize back.
 
 Everything here works on numpy arrays and on torch tensors (CPU or CUDA) alike: results
 stay in the input's library and on its device. torch is optional and is imported only
@@ -38,25 +39,9 @@ inf). Non-finite weights are a `ValueError`.
 
 Weight formats
 --------------
-A *weight format* names how the codes `codes[K, N]` are laid out in the packed byte
-matrix a kernel reads; `QuantizedWeight.format` records it and `pack_weights` /
-`unpack_weights` take it. Two exist:
-
-- `"row_packed"`: `packed[K, N*b/8]` uint8; row k holds the N codes of row k packed
-  along N: element n at bits `[n*b, (n+1)*b)` of the row, a little-endian bit stream
-  (bit j of the row is bit `j % 8` of byte `j // 8`), i.e. `tilevm.dtypes.pack` of each
-  row. N must be a multiple of 8, so a row is whole bytes and every group of 8 codes is
-  exactly b bytes. This is the format of examples/quantized_matmul.py.
-- `"fragments"`: what `tilevm.kernels.qmm` reads. The codes, N padded with zero codes to
-  a multiple of 32 (`padded_n`), are cut into 32 x 32 atoms (row-major over the atoms);
-  an atom's 1024 codes are stored as 32 runs of 32, run `t` being the codes lane `t` of
-  a warp holds as `mma.m16n8k16` B fragments (`kernels.qmm.fragment_order`; each mma
-  register's two codes at positions a conversion pairs, d codes apart with d * b = 16
-  mod 32, the registers of the atom's first 16 columns first:
-  `kernels.qmm.storage_order`), each run packed like a row above (4*b bytes).
-  `packed[K/32, Np*4b]` uint8 with `Np = padded_n(N)` (K must be a multiple of 32);
-  `scales` (and `zeros`) are `[K/g, Np]`, padded with ones (zeros). A warp's 16-byte
-  loads then bring each lane exactly its fragments.
+`QuantizedWeight.format` names how the codes are laid out in `packed`: "row_packed" or
+"fragments" (what the kernels read), both defined in `kernels.weight_format` with
+`pack_weights` and `unpack_weights`.
 
 On numpy, bf16 scales and zeros are stored as their uint16 bit patterns (numpy has no
 bfloat16; this is `tilevm.dtypes.host_dtype("bf16")`, the project's host convention).
@@ -65,182 +50,37 @@ bfloat16; this is `tilevm.dtypes.host_dtype("bf16")`, the project's host convent
 from __future__ import annotations
 
 import functools
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType, DTypeError, Kind
+from tilevm.kernels.arrays import (
+    Array,
+    NumpyOps,
+    TorchOps,
+    array_ops,
+    is_float_array,
+    is_torch,
+    nbytes,
+)
+from tilevm.kernels.weight_format import (
+    ATOM,
+    FRAGMENTS,
+    ROW_PACKED,
+    WeightFormat,
+    check_format,
+    code_type,
+    pack_weights,
+    padded_n,
+    unpack_weights,
+)
 
-if TYPE_CHECKING:
-    import torch
+__all__ = ["GROUP_SIZES", "QuantizedWeight", "dequantize", "encode", "quantize"]
 
-    Array = np.ndarray | torch.Tensor
-else:
-    Array = Any
-
-__all__ = [
-    "FRAGMENTS", "GROUP_SIZES", "ROW_PACKED", "WEIGHT_FORMATS", "QuantizedWeight",
-    "WeightFormat", "padded_n",
-    "dequantize", "encode", "pack_weights", "quantize", "unpack_weights",
-]
-
-WeightFormat = Literal["row_packed", "fragments"]
-ROW_PACKED: WeightFormat = "row_packed"
-FRAGMENTS: WeightFormat = "fragments"
-WEIGHT_FORMATS: tuple[str, ...] = (ROW_PACKED, FRAGMENTS)
-ATOM = 32  # the fragments format's atom: 32 x 32 codes
-
-
-def padded_n(n: int, format: str = "fragments") -> int:
-    """The number of columns a format stores for N columns of weights."""
-    return -(-n // ATOM) * ATOM if format == FRAGMENTS else n
 GROUP_SIZES: tuple[int, ...] = (32, 64, 128)  # besides K (per-channel, also spelled -1)
 SCALE_DTYPES: tuple[DataType, ...] = (dtypes.f16, dtypes.bf16)
-
-
-# ---- numpy / torch --------------------------------------------------------------------
-
-def _torch_module() -> Any | None:
-    """torch if it has been imported by someone (a tensor can exist only then), else None."""
-    return sys.modules.get("torch")
-
-
-def _is_torch(x: object) -> bool:
-    torch = _torch_module()
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
-class _Numpy:
-    """The handful of array operations the weight path needs, on numpy."""
-
-    is_torch = False
-
-    @staticmethod
-    def const(a: np.ndarray, like: Array) -> np.ndarray:
-        return a
-
-    @staticmethod
-    def float64(x: Array) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64)
-
-    @staticmethod
-    def int64(x: Array) -> np.ndarray:
-        return np.asarray(x).astype(np.int64)
-
-    @staticmethod
-    def uint8(x: Array) -> np.ndarray:
-        return np.asarray(x).astype(np.uint8)
-
-    @staticmethod
-    def searchsorted(table: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return np.searchsorted(table, v, side="left")
-
-    @staticmethod
-    def clip(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
-        return np.clip(x, lo, hi)
-
-    @staticmethod
-    def any(x: np.ndarray) -> bool:
-        return bool(np.any(x))
-
-    @staticmethod
-    def stack(xs: list[np.ndarray]) -> np.ndarray:
-        return np.stack(xs, axis=-1)
-
-    @staticmethod
-    def amax(x: np.ndarray, axis: int) -> np.ndarray:
-        return x.max(axis=axis)
-
-    @staticmethod
-    def amin(x: np.ndarray, axis: int) -> np.ndarray:
-        return x.min(axis=axis)
-
-    where = staticmethod(np.where)
-    signbit = staticmethod(np.signbit)
-    isnan = staticmethod(np.isnan)
-    isfinite = staticmethod(np.isfinite)
-    abs = staticmethod(np.abs)
-    rint = staticmethod(np.rint)
-    maximum = staticmethod(np.maximum)
-    minimum = staticmethod(np.minimum)
-
-
-class _Torch:
-    """The same operations on torch tensors, on the tensor's device."""
-
-    is_torch = True
-
-    def __init__(self) -> None:
-        import torch
-
-        self.t = torch
-
-    def const(self, a: np.ndarray, like: Array) -> torch.Tensor:
-        return self.t.tensor(a, device=like.device)
-
-    def float64(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.t.float64)
-
-    def int64(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.t.int64)
-
-    def uint8(self, x: torch.Tensor) -> torch.Tensor:
-        return x.to(self.t.uint8)
-
-    def searchsorted(self, table: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.t.searchsorted(table, v.contiguous(), right=False)
-
-    def clip(self, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-        return self.t.clamp(x, lo, hi)
-
-    def any(self, x: torch.Tensor) -> bool:
-        return bool(x.any().item())
-
-    def stack(self, xs: list[torch.Tensor]) -> torch.Tensor:
-        return self.t.stack(xs, dim=-1)
-
-    def amax(self, x: torch.Tensor, axis: int) -> torch.Tensor:
-        return x.amax(dim=axis)
-
-    def amin(self, x: torch.Tensor, axis: int) -> torch.Tensor:
-        return x.amin(dim=axis)
-
-    def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
-        return self.t.where(cond, a, b)
-
-    def signbit(self, x: torch.Tensor) -> torch.Tensor:
-        return self.t.signbit(x)
-
-    def isnan(self, x: torch.Tensor) -> torch.Tensor:
-        return self.t.isnan(x)
-
-    def isfinite(self, x: torch.Tensor) -> torch.Tensor:
-        return self.t.isfinite(x)
-
-    def abs(self, x: torch.Tensor) -> torch.Tensor:
-        return self.t.abs(x)
-
-    def rint(self, x: torch.Tensor) -> torch.Tensor:
-        return self.t.round(x)  # half to even, like np.rint
-
-    def maximum(self, a: torch.Tensor, b: Any) -> torch.Tensor:
-        return self.t.clamp(a, min=b) if not isinstance(b, self.t.Tensor) \
-            else self.t.maximum(a, b)
-
-    def minimum(self, a: torch.Tensor, b: Any) -> torch.Tensor:
-        return self.t.clamp(a, max=b) if not isinstance(b, self.t.Tensor) \
-            else self.t.minimum(a, b)
-
-
-def _lib(x: object) -> _Numpy | _Torch:
-    return _Torch() if _is_torch(x) else _Numpy()
-
-
-def _nbytes(x: Array) -> int:
-    return int(x.numel() * x.element_size()) if _is_torch(x) else int(x.nbytes)
 
 
 # ---- encode: nearest representable value, for numpy and torch ---------------------------
@@ -302,11 +142,11 @@ def encode(values: Array, dtype: DataType | str) -> Array:
     dtype = dtypes.parse(dtype)
     if dtype.bits > 16:
         raise DTypeError(f"encode handles formats of up to 16 bits, not {dtype}")
-    if not _is_torch(values):
+    if not is_torch(values):
         values = np.asarray(values)
         if values.dtype.kind not in "biuf":
             raise DTypeError(f"cannot encode values of numpy dtype {values.dtype} as {dtype}")
-    xp = _lib(values)
+    xp = array_ops(values)
     x = xp.float64(values)
     nan = xp.isnan(x)
     any_nan = xp.any(nan)
@@ -340,114 +180,12 @@ def encode(values: Array, dtype: DataType | str) -> Array:
 
 def _decode(codes: Array, dtype: DataType, *, float32: bool = False) -> Array:
     """Values of codes by table lookup: float64 (numpy), or float32/float64 (torch)."""
-    xp = _lib(codes)
+    xp = array_ops(codes)
     table = _value_table(dtype)
     if xp.is_torch:
         t = xp.const(table, codes)
         return (t.float() if float32 else t)[codes.long()]
     return table[np.asarray(codes).astype(np.int64)]
-
-
-# ---- pack / unpack ------------------------------------------------------------------------
-
-def _check_format(format: str) -> None:
-    if format not in WEIGHT_FORMATS:
-        raise ValueError(f"unknown weight format {format!r}; known: {', '.join(WEIGHT_FORMATS)}")
-
-
-def _lowbit(dtype: DataType | str) -> DataType:
-    dtype = dtypes.parse(dtype)
-    if not dtype.is_lowbit:
-        raise ValueError(f"weights are 1..8-bit codes; {dtype} has {dtype.bits} bits")
-    return dtype
-
-
-def _overlaps(bits: int) -> list[tuple[int, int, int]]:
-    """(byte i, code j, shift) of a group of 8 codes = `bits` bytes: code j's bits
-    `[j*b, j*b + b)` overlap byte i's bits `[8i, 8i + 8)`, and code j's lsb sits `shift`
-    bits above byte i's lsb (negative: below)."""
-    return [(i, j, j * bits - 8 * i) for i in range(bits) for j in range(8)
-            if j * bits < 8 * i + 8 and 8 * i < j * bits + bits]
-
-
-def _packing_args(array: Array, dtype: DataType | str, format: str
-                  ) -> tuple[DataType, int, _Numpy | _Torch, Array]:
-    """What `pack_weights` and `unpack_weights` both start from: the checked format and
-    dtype, its bit width, the array's library and the array (numpy-converted)."""
-    _check_format(format)
-    dtype = _lowbit(dtype)
-    xp = _lib(array)
-    return dtype, dtype.bits, xp, array if xp.is_torch else np.asarray(array)
-
-
-def pack_weights(codes: Array, dtype: DataType | str,
-                 format: WeightFormat = ROW_PACKED) -> Array:
-    """`codes[K, N]` (b-bit codes, N a multiple of 8) -> `packed[K, N*b/8]` uint8 in the
-    "row_packed" format (see the module doc): each row is `tilevm.dtypes.pack` of the
-    row's codes. numpy in, numpy out; a torch tensor is packed on its device, with
-    shifts and ors over groups of 8 codes (= b bytes), no Python loop over elements."""
-    dtype, b, xp, codes = _packing_args(codes, dtype, format)
-    if len(codes.shape) != 2:
-        raise ValueError(f"codes must be a 2-D [K, N] array, got shape {tuple(codes.shape)}")
-    if format == FRAGMENTS:
-        from tilevm.kernels.qmm import fragment_order
-
-        K, N = (int(s) for s in codes.shape)
-        if K % ATOM or N % ATOM:
-            raise ValueError(f"the fragments format needs K and N multiples of {ATOM} "
-                             f"(pad N with `padded_n`), got {K} x {N}")
-        runs = fragment_order(codes, b).reshape(-1, ATOM)  # one row per lane and atom
-        return pack_weights(runs, dtype).reshape(K // ATOM, N * b * 4)
-    if _is_float_array(codes):
-        raise TypeError(f"codes must be integers, got {codes.dtype}")
-    K, N = (int(s) for s in codes.shape)
-    if N % 8:
-        raise ValueError(f"N must be a multiple of 8 (rows of whole bytes), got N = {N}")
-    c = xp.int64(codes)
-    if xp.any((c < 0) | (c >= (1 << b))):
-        raise ValueError(f"codes of {dtype} must lie in 0..{(1 << b) - 1}")
-    c = c.reshape(K, N // 8, 8)
-    out = [None] * b
-    for i, j, shift in _overlaps(b):
-        term = c[..., j] << shift if shift >= 0 else c[..., j] >> -shift
-        out[i] = term if out[i] is None else out[i] | term
-    return xp.uint8(xp.stack([part & 0xFF for part in out]).reshape(K, N * b // 8))
-
-
-def unpack_weights(packed: Array, dtype: DataType | str,
-                   format: WeightFormat = ROW_PACKED) -> Array:
-    """The inverse of `pack_weights`: `packed[K, N*b/8]` uint8 -> `codes[K, N]` uint8,
-    on the input's library and device."""
-    dtype, b, xp, packed = _packing_args(packed, dtype, format)
-    if format == FRAGMENTS:
-        from tilevm.kernels.qmm import fragment_order_inverse
-
-        K32, row_bytes = (int(s) for s in packed.shape)
-        N = row_bytes // (4 * b)
-        runs = unpack_weights(packed.reshape(-1, 4 * b), dtype)  # [.., 32] codes
-        return fragment_order_inverse(runs.reshape(K32, N // ATOM, ATOM, ATOM), b)
-    if len(packed.shape) != 2:
-        raise ValueError(f"packed weights must be a 2-D [K, N*b/8] array, "
-                         f"got shape {tuple(packed.shape)}")
-    if str(packed.dtype) not in ("uint8", "torch.uint8"):
-        raise TypeError(f"packed weights must be uint8, got {packed.dtype}")
-    K, row_bytes = (int(s) for s in packed.shape)
-    if row_bytes % b:
-        raise ValueError(f"a row of {dtype} weights is a multiple of {b} bytes "
-                         f"(groups of 8 codes), got {row_bytes}")
-    p = xp.int64(packed).reshape(K, row_bytes // b, b)
-    out = [None] * 8
-    for i, j, shift in _overlaps(b):
-        term = p[..., i] >> shift if shift >= 0 else p[..., i] << -shift
-        out[j] = term if out[j] is None else out[j] | term
-    mask = (1 << b) - 1
-    return xp.uint8(xp.stack([part & mask for part in out]).reshape(K, row_bytes * 8 // b))
-
-
-def _is_float_array(x: Array) -> bool:
-    if _is_torch(x):
-        return bool(x.is_floating_point() or x.is_complex())
-    return np.asarray(x).dtype.kind not in "biu"
 
 
 # ---- QuantizedWeight ------------------------------------------------------------------------
@@ -456,14 +194,15 @@ def _is_float_array(x: Array) -> bool:
 class QuantizedWeight:
     """A quantized weight matrix `W[K, N]`, everything a quantized-matmul kernel reads.
 
-    - `packed`: uint8 `[K, N*b/8]`, the codes in `format` (see the module doc);
+    - `packed`: uint8 `[K, N*b/8]`, the codes in `format`
+      (`kernels.weight_format`);
     - `scales`: `[K/group_size, N]` in f16 or bf16 (on numpy, bf16 is stored as uint16
       bit patterns);
     - `zeros`: None (symmetric), or `[K/group_size, N]` zero points in the scale dtype:
       `W = (decode(code) - zero) * scale`;
     - `dtype`: the `DataType` of the codes (1..8 bits; a name is parsed);
       `group_size`: rows of K per scale (== K for per-channel; -1 is normalized to K);
-      `shape`: (K, N); `format`: the weight format's name (see the module doc).
+      `shape`: (K, N); `format`: the weight format's name.
 
     All arrays are of one library (numpy, or torch on one device). Not hashable and
     compared by identity (it holds arrays).
@@ -478,8 +217,8 @@ class QuantizedWeight:
     format: WeightFormat = ROW_PACKED
 
     def __post_init__(self) -> None:
-        _check_format(self.format)
-        object.__setattr__(self, "dtype", _lowbit(self.dtype))
+        check_format(self.format)
+        object.__setattr__(self, "dtype", code_type(self.dtype))
         K, N = (int(s) for s in self.shape)
         object.__setattr__(self, "shape", (K, N))
         g = K if self.group_size == -1 else int(self.group_size)
@@ -488,10 +227,10 @@ class QuantizedWeight:
             raise ValueError(f"K ({K}) must be a multiple of group_size ({g})")
         b = self.dtype.bits
         arrays = [self.packed, self.scales] + ([] if self.zeros is None else [self.zeros])
-        if len({_is_torch(a) for a in arrays}) != 1:
+        if len({is_torch(a) for a in arrays}) != 1:
             raise TypeError("packed, scales and zeros must all be numpy arrays or all "
                             "torch tensors")
-        if _is_torch(self.packed) and len({str(a.device) for a in arrays}) != 1:
+        if is_torch(self.packed) and len({str(a.device) for a in arrays}) != 1:
             raise ValueError("packed, scales and zeros must be on one device")
         if self.format == FRAGMENTS:
             Np = padded_n(N)
@@ -519,7 +258,7 @@ class QuantizedWeight:
     @property
     def nbytes(self) -> int:
         """Bytes of packed codes, scales and zero points together."""
-        return sum(_nbytes(a) for a in (self.packed, self.scales, self.zeros) if a is not None)
+        return sum(nbytes(a) for a in (self.packed, self.scales, self.zeros) if a is not None)
 
     def codes(self) -> Array:
         """The codes `[K, N]` (uint8), unpacked, on the arrays' library and device (the
@@ -530,7 +269,7 @@ class QuantizedWeight:
         """The weights `W[K, N]` these codes, scales and zero points denote: float64 on
         numpy; float32 on torch, on the tensors' device (exact: every low-bit value times
         an f16/bf16 scale fits in float32's 24-bit significand)."""
-        torch_ = _is_torch(self.packed)
+        torch_ = is_torch(self.packed)
         K, N = self.shape
         g = self.group_size
         values = _decode(self.codes(), self.dtype, float32=torch_).reshape(K // g, g, N)
@@ -559,7 +298,7 @@ def _storage_dtype(a: Array) -> DataType:
 
 def _stored_values(a: Array, *, float32: bool = False) -> Array:
     """Scales or zeros as float64 (numpy) or float32 (torch), exactly."""
-    if _is_torch(a):
+    if is_torch(a):
         return a.float() if float32 else a.double()
     if a.dtype == np.uint16:
         return dtypes.decode(a, dtypes.bf16)
@@ -568,7 +307,7 @@ def _stored_values(a: Array, *, float32: bool = False) -> Array:
 
 def _store(values: Array, sdt: DataType) -> Array:
     """float64 values that are exact in `sdt` -> the storage array (see the module doc)."""
-    if _is_torch(values):
+    if is_torch(values):
         import torch
 
         return values.to(torch.float16 if sdt == dtypes.f16 else torch.bfloat16)
@@ -592,7 +331,7 @@ def _scale_type(scale_dtype: object, w: Array) -> DataType:
     return sdt
 
 
-def _round_scales(xp: _Numpy | _Torch, ratio: Array, sdt: DataType) -> Array:
+def _round_scales(xp: NumpyOps | TorchOps, ratio: Array, sdt: DataType) -> Array:
     """`ratio` (float64, >= 0) rounded to `sdt`, as exact float64 values: 0 -> 1.0, a
     positive value that rounds to 0 -> the smallest positive `sdt` value."""
     ratio = xp.where(ratio > 0, ratio, 1.0)
@@ -636,9 +375,9 @@ def quantize(w: Array, dtype: DataType | str, group_size: int = 128, *,
     weights, a zero point on a non-unsigned format, or a scale beyond the scale dtype's
     range; `DTypeError` (a `ValueError`) for an unknown `dtype`.
     """
-    dtype = _lowbit(dtype)
-    w = w.detach() if _is_torch(w) else np.asarray(w)  # no autograd graph in the result
-    if not _is_float_array(w) or "complex" in str(w.dtype):
+    dtype = code_type(dtype)
+    w = w.detach() if is_torch(w) else np.asarray(w)  # no autograd graph in the result
+    if not is_float_array(w) or "complex" in str(w.dtype):
         raise TypeError(f"weights must be floating point, got {w.dtype}")
     if len(w.shape) != 2:
         raise ValueError(f"weights must be a 2-D [K, N] array, got shape {tuple(w.shape)}")
@@ -652,7 +391,7 @@ def quantize(w: Array, dtype: DataType | str, group_size: int = 128, *,
         raise ValueError(f"zero points are for unsigned int formats; {dtype} is symmetric")
     sdt = _scale_type(scale_dtype, w)
 
-    xp = _lib(w)
+    xp = array_ops(w)
     x = xp.float64(w)
     if xp.any(~xp.isfinite(x)):
         raise ValueError("weights must be finite (found NaN or inf)")
@@ -682,7 +421,7 @@ def quantize(w: Array, dtype: DataType | str, group_size: int = 128, *,
         shape=(K, N), format=format)
 
 
-def _pad_columns(xp: _Numpy | _Torch, a: Array, count: int, value: float) -> Array:
+def _pad_columns(xp: NumpyOps | TorchOps, a: Array, count: int, value: float) -> Array:
     filler = xp.const(np.full((a.shape[0], count), value), a).to(a.dtype) if xp.is_torch \
         else np.full((a.shape[0], count), value, dtype=a.dtype)
     return xp.t.cat([a, filler], 1) if xp.is_torch else np.concatenate([a, filler], 1)
