@@ -24,7 +24,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tilevm import dtypes
+from tilevm.backend import pipeline
+from tilevm.backend.analysis import target
+from tilevm.backend.llvm import codegen, nvptx
 from tilevm.bench.examples import load_example
+from tilevm.kernels import qmm, qmm_staged, qmm_wgmma, qmm_wgmma_shared
+from tilevm.kernels.schedule import Schedule, default_schedule, wgmma
 
 EXAMPLES = [
     ("vector_add", "vector_add", {"block": 1024}),
@@ -38,10 +44,8 @@ LIBRARY_TYPES = ("int4", "int3", "f6e3m2", "int8")
 
 def library_schedules(bits: int) -> list[tuple[str, Any]]:
     """(what, schedule) of the quantized matmul that the configurations compile: the
-    tuner's picks on an H100 (bench/results: 8B qkv at M = 1, 70B down at M = 64, the
-    Hopper default at M = 4096)."""
-    from tilevm.kernels.schedule import Schedule, default_schedule, wgmma
-
+    tuner's picks on an H100 (8B qkv at M = 1, 70B down at M = 64, the Hopper default
+    at M = 4096)."""
     return [("M=1", Schedule(8, 64, 4, 4, swap_ab=True)),
             ("M=64", wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)),
             ("M=4096", default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits))]
@@ -49,8 +53,6 @@ def library_schedules(bits: int) -> list[tuple[str, Any]]:
 
 def configs() -> list[tuple[str, Callable[[], Any], dict]]:
     """(name, a fresh kernel, its constants) of every configuration."""
-    from tilevm import dtypes
-
     found = [(" ".join([kernel, *map(str, constants.values())]),
               lambda m=module, k=kernel: getattr(load_example(m), k), constants)
              for module, kernel, constants in EXAMPLES]
@@ -65,8 +67,6 @@ def configs() -> list[tuple[str, Callable[[], Any], dict]]:
 def _fresh_library_kernel(s: Any) -> Callable[[], Any]:
     """A maker of the kernel that schedule `s` runs, each time a new one (the kernel
     factories are cached: `__wrapped__` makes one with no cached specialization)."""
-    from tilevm.kernels import qmm, qmm_staged, qmm_wgmma, qmm_wgmma_shared
-
     factory = (qmm_staged.qmm_staged_kernel if s.staged else
                qmm_wgmma_shared.qmm_wgmma_shared_kernel if s.shared_weights else
                qmm_wgmma.qmm_wgmma_kernel if s.wgmma else qmm.qmm_kernel)
@@ -75,14 +75,13 @@ def _fresh_library_kernel(s: Any) -> Callable[[], Any]:
 
 def time_config(name: str, make_kernel: Callable[[], Any], constants: dict, arch: str,
                 repeats: int) -> dict:
-    from tilevm import dtypes
-    from tilevm.backend import codegen, pipeline, target
-
+    """One configuration compiled cold `repeats` times: the median seconds of each stage
+    (frontend, passes, codegen, LLVM) and their sum."""
     constants = {k: dtypes.parse(v) if k == "wdtype" else v for k, v in constants.items()}
     stages: dict[str, list[float]] = {"frontend": [], "passes": [], "codegen": [], "llvm": []}
     for _ in range(repeats):
         kernel = make_kernel()  # a fresh kernel: no cached specialization
-        target._target_machine.cache_clear()
+        nvptx._target_machine.cache_clear()
         t0 = time.perf_counter()
         program = kernel.specialize(**constants)
         t1 = time.perf_counter()
@@ -90,7 +89,7 @@ def time_config(name: str, make_kernel: Callable[[], Any], constants: dict, arch
         t2 = time.perf_counter()
         llvm_ir = str(codegen.generate(lowered))
         t3 = time.perf_counter()
-        target.emit_ptx(llvm_ir, arch)
+        nvptx.emit_ptx(llvm_ir, arch)
         t4 = time.perf_counter()
         for stage, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             stages[stage].append(dt)
@@ -101,6 +100,7 @@ def time_config(name: str, make_kernel: Callable[[], Any], constants: dict, arch
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time every configuration (or those `--only` names) and write compile_time.json."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="output folder for compile_time.json")
     parser.add_argument("--arch", default="sm_90",
@@ -110,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="",
                         help="time only the configurations whose name contains this")
     args = parser.parse_args(argv)
-    from tilevm.backend.target import native_arch
-
-    arch = native_arch(args.arch)
+    arch = target.native_arch(args.arch)
     os.makedirs(args.out, exist_ok=True)
     results = []
     for name, make_kernel, constants in configs():

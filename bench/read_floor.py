@@ -1,5 +1,5 @@
 """The read floor: how long the fastest kernel we have takes to only read B bytes, timed
-the way `bench.qmm` times the matmuls (same `Timer`, same L2 flush).
+the way `bench.qmm` times the matmuls (same `bench.timing.Timer`, same L2 flush).
 
 A decode matmul must read its weights; under the benchmark's timer it also pays what
 any launch pays there (the events around an empty kernel, the first reads' latency, the
@@ -23,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.timing import Timer
 from tilevm.layouts import spatial
 from tilevm.vm import lang as tv
 
 THREADS = 256
 WORDS = 4  # int32 words a thread loads per step: 16 bytes
 # (chunk, unroll) pairs timed, the fastest counting: a block's int32 words and loads in
-# flight a thread. (An H100 run over 13 MB to 940 MB with chunks of 4096, 16384 and 65536
-# words, 4 loads in flight, picked 4096 every time: more, smaller blocks.)
+# flight a thread. Small chunks lead: more, smaller blocks read faster than few large ones.
 CONFIGS = ((2048, 2), (4096, 4), (8192, 8), (4096, 2))
 
 
@@ -65,13 +66,11 @@ def expected_xor(src: np.ndarray, chunk: int) -> np.ndarray:
     return np.bitwise_xor.reduce(padded.reshape(blocks, chunk // step, step), axis=1).ravel()
 
 
-def read_floor_seconds(timer: Any, nbytes: int) -> dict[str, Any]:
+def read_floor_seconds(timer: Timer, nbytes: int) -> dict[str, Any]:
     """The fastest of `stream_read`'s `CONFIGS` reading `nbytes` (rounded up to whole
-    16-byte words) from a fresh random buffer on the GPU, timed by `timer` (a
-    `bench.qmm.Timer`): {"seconds", "chunk", "unroll", "bytes"}."""
+    16-byte words) from a fresh random buffer on the GPU, timed by `timer`:
+    {"seconds", "chunk", "unroll", "bytes"}."""
     import torch
-
-    from tilevm.backend.launch import compiled_kernel
 
     n = -(-nbytes // 16) * 4
     src = torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32, device="cuda")
