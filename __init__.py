@@ -12,13 +12,14 @@ The kernel language (`tv.kernel`, `tv.load_global`, `tv.dot`, the data types, ..
 layout algebra.
 """
 
-__version__ = "0.1.0"
+from tilevm import dtypes, layouts
+from tilevm.backend.launch import compiled_kernel
+from tilevm.vm.frontend import Kernel
+from tilevm.vm.lang import *  # noqa: F403  the kernel language is the top-level API
+from tilevm.vm.lang import __all__ as _lang_names
+from tilevm.vm.lang import __getattr__ as _dtype_by_name
 
-from tilevm import dtypes, layouts  # noqa: E402  (after __version__: the CLI reads it)
-from tilevm.vm.frontend import Kernel  # noqa: E402
-from tilevm.vm.lang import *  # noqa: E402,F403  the kernel language is the top-level API
-from tilevm.vm.lang import __all__ as _lang_names  # noqa: E402
-from tilevm.vm.lang import __getattr__ as _dtype_by_name  # noqa: E402
+__version__ = "0.1.0"
 
 # `from tilevm import *` leaves Python's builtins alone; `tv.range`, `tv.sum`, ... stay.
 _SHADOWING = {"range", "sum", "max", "min", "print", "abs", "compile"}
@@ -34,8 +35,6 @@ def compile(kernel: Kernel, *, arch: str | None = None, **constants):
         add(x, y, out, n)            # torch tensors on the GPU
 
     Compiled PTX is cached on disk (`TILEVM_CACHE_DIR`, default ~/.cache/tilevm)."""
-    from tilevm.backend.launch import compiled_kernel  # llvmlite and the driver, on demand
-
     return compiled_kernel(kernel.specialize(**constants), arch)
 __all__ = ["dtypes", "layouts", "__version__",
            *[name for name in _lang_names if name not in _SHADOWING]]

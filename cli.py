@@ -18,10 +18,25 @@ Errors go to stderr as one line and exit with status 2 (bad usage or input) or 1
 from __future__ import annotations
 
 import argparse
+import ast
+import copy
+import importlib.util
+import inspect
+import os
 import sys
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tilevm import __version__, dtypes
+from tilevm.backend import pipeline, ptxas
+from tilevm.backend.analysis import target
+from tilevm.backend.llvm.codegen import generate
+from tilevm.bench import qmm
+from tilevm.ir.errors import VMError
+from tilevm.ir.printer import format_program
+from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout, picture
+from tilevm.vm.frontend import Kernel
 
 
 class CLIError(Exception):
@@ -45,8 +60,6 @@ def _cmd_dtypes(args: argparse.Namespace) -> None:
 
 
 def _cmd_layout(args: argparse.Namespace) -> None:
-    from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout, picture
-
     try:
         layout = parse_layout(args.expression)
         if isinstance(layout, RegisterLayout):
@@ -108,8 +121,6 @@ DEFAULT_ATOL = 2.0 ** -16
 def parse_setting(text: str) -> tuple[str, object]:
     """`name=value`: the value as a Python literal (17, 0.5, True, (1, 2), 'x') or a data
     type name (int3, f16)."""
-    import ast
-
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name.isidentifier():
@@ -127,9 +138,6 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 
 def _load_module(path: str) -> object:
-    import importlib.util
-    import os
-
     if not os.path.isfile(path):
         raise CLIError(f"no such file: {path}")
     name = "_vmc_run_" + "".join(c if c.isalnum() else "_" for c in
@@ -153,8 +161,6 @@ def _load_module(path: str) -> object:
 
 
 def _find_kernel(module: object, path: str, wanted: str | None):
-    from tilevm.vm.frontend import Kernel
-
     found: dict[str, Kernel] = {}
     for attr, value in vars(module).items():
         if isinstance(value, Kernel) and all(value is not k for k in found.values()):
@@ -182,8 +188,6 @@ def _protocol(module: object, path: str, name: str, what: str):
 
 
 def _describe_args(kernel, args: Sequence[object]) -> str:
-    import numpy as np
-
     parts = []
     for param, arg in zip(kernel.signature.params, args):
         if isinstance(arg, np.ndarray):
@@ -198,8 +202,6 @@ def compare(got, expected, atol: float = DEFAULT_ATOL) -> tuple[bool, dict[str, 
     (passed, {"max_abs": ..., "max_rel": ..., "worst": max error / tolerance}). The
     relative error of an element is `|got - ref| / max(|ref|, atol * max|ref|)` (elements
     far smaller than the output's scale are judged against that scale)."""
-    import numpy as np
-
     got_arr = np.asarray(got)
     ref = np.asarray(expected, dtype=np.float64)
     if got_arr.shape != ref.shape:
@@ -232,11 +234,6 @@ def _split_target(target: str) -> tuple[str, str | None]:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from tilevm.backend import pipeline, target
-    from tilevm.backend.codegen import generate
-    from tilevm.ir.errors import VMError
-    from tilevm.ir.printer import format_program
-
     path, wanted = _split_target(args.target)
     settings = dict(parse_setting(item) for item in args.set or ())
     kernel = _find_kernel(_load_module(path), path, wanted)
@@ -272,8 +269,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.check:
         if args.emit != "ptx":
             raise CLIError("--check runs ptxas on PTX; it needs --emit ptx")
-        from tilevm.backend import ptxas
-
         try:
             report = ptxas.check_ptx(text, args.arch)
         except (ptxas.PTXError, ptxas.PtxasNotFoundError) as err:
@@ -283,13 +278,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import copy
-    import inspect
-
-    import numpy as np
-
-    from tilevm.ir.errors import VMError
-
     path, wanted = _split_target(args.target)
     settings = dict(parse_setting(item) for item in args.set or ())
     module = _load_module(path)
@@ -351,8 +339,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from tilevm.bench import qmm
-
     benchmarks = {"qmm": qmm.main}
     return benchmarks[args.benchmark](args.options)
 
