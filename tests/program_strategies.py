@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tilevm.dtypes import parse
@@ -56,6 +57,15 @@ FLOAT_BINARY = ("add", "sub", "mul", "div", "min", "max")
 INT_UNARY = ("neg", "abs")
 INT_BINARY = ("add", "sub", "mul", "mod", "min", "max", "and", "or", "xor", "shl", "shr")
 COMPARISONS = ("lt", "le", "eq", "ne", "gt", "ge")
+
+
+def ci_examples(count: int) -> int:
+    """`count` examples under the `ci` profile (the default), for the slowest property
+    tests over generated programs; under any other profile its own count (`thorough`
+    keeps all of its examples)."""
+    default = settings.default.max_examples
+    return count if default == settings.get_profile("ci").max_examples else default
+
 
 pointer_dtypes = st.sampled_from(POINTER_DTYPES)
 source_locs = st.builds(SourceLoc, st.sampled_from(["kernel.py", "/src/my kernels/gemm.py"]),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_harness import vmc
 
 from tilevm import dtypes
 from tilevm.cli import main
@@ -40,17 +41,20 @@ def test_vmc_dtypes_value_table_matches_codec(capsys):
         assert float(value) == dtypes.decode(code, "f6e3m2")
 
 
-def test_vmc_errors_go_to_stderr_with_status_2():
-    result = run_vmc("dtypes", "f6e3m3")
-    assert result.returncode == 2 and result.stdout == ""
-    assert "f6e3m3" in result.stderr and "Traceback" not in result.stderr
-    result = run_vmc("dtypes", "f16")
-    assert result.returncode == 2 and "1..8 bits" in result.stderr
-    result = run_vmc("frobnicate")
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_vmc_errors_go_to_stderr_with_status_2(capsys):
+    status, out, err = vmc(capsys, "dtypes", "f6e3m3")
+    assert status == 2 and out == ""
+    assert "f6e3m3" in err and "Traceback" not in err
+    status, _, err = vmc(capsys, "dtypes", "f16")
+    assert status == 2 and "1..8 bits" in err
+    status, _, err = vmc(capsys, "frobnicate")
+    assert status == 2 and "invalid choice" in err
 
 
 def test_vmc_help_and_version():
+    """The process entry (`python -m tilevm.cli`); the other tests call `main`."""
     assert "dtypes" in run_vmc("--help").stdout
     assert run_vmc("--version").stdout.startswith("vmc (tilevm)")
 

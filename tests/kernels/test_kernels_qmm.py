@@ -1,0 +1,653 @@
+"""The quantized matmul of tilevm.kernels: the fragments weight format against the PTX
+ISA's mma B-fragment formula, the kernel in the interpreter against a float64
+reference, every weight type compiled without spills, the schedule space, the tuning
+table; on the GPU (marked `gpu`) every weight type of ../shared/BENCHMARKS.md with f16
+and bf16 activations, ragged M and N, zero points, split-K and `QuantizedLinear`
+against a float64 `x @ dequantize(W)`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from kernel_harness import ROOT, SPILL_SLACK, compile_once, ptx_as_compiled_for, ptxas_report
+
+from tilevm import dtypes
+from tilevm.ir.errors import VMError
+from tilevm.kernels import matmul, schedule
+from tilevm.kernels.matmul import schedule_kernel
+from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
+from tilevm.kernels.qmm_staged import qmm_staged_kernel
+from tilevm.kernels.schedule import (
+    WGMMA_HALF_ATOM_TILES,
+    WGMMA_TILES,
+    WGMMA_TILES_BESIDE_SHARED,
+    Schedule,
+    candidates,
+    default_schedule,
+    dequant_schedule,
+    staged,
+    wgmma,
+    wgmma_tile,
+)
+from tilevm.kernels.weight_format import (
+    ATOM,
+    FRAGMENTS,
+    fragment_order,
+    fragment_order_inverse,
+    pack_weights,
+    padded_n,
+)
+from tilevm.kernels.weights import quantize
+
+BENCH_TYPES = ("int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2", "uint3",
+               "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2")
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+# ---- the weight format ------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 6, 8])
+def test_each_lane_gets_its_mma_b_fragments(bits):
+    """Lane t = 4g + c of an atom holds, for the 2 x 4 fragments (i, j), the B elements
+    (k, n) = (16i + 2c + {0, 1} + 8 * {0, 1}, 8j + g): the PTX ISA's m16n8k16 B layout
+    (b0, b1 in the first register, b2, b3 in the second). The fragments of half atom 0
+    (j in {0, 1}, 16 columns) come first, then half atom 1's, each half in (i, j) order.
+    The run stores each register's two codes where a conversion pairs them (`lane_pairs`:
+    d codes apart, d * b = 16 mod 32, the first half of each block of 2d with the
+    second; for b in {1, 2, 4, 8} half a 32-bit word apart)."""
+    K, N = 64, 96
+    codes = np.arange(K * N).reshape(K, N)
+    ordered = fragment_order(codes, bits)
+    assert ordered.shape == (K // ATOM, N // ATOM, 32, 32)
+    d = next(d for d in range(1, 33) if d * bits % 32 == 16)
+    for ak in range(K // ATOM):
+        for an in range(N // ATOM):
+            for lane in range(32):
+                g, c = divmod(lane, 4)
+                want = [codes[ATOM * ak + 16 * i + 2 * c + r + 8 * h, ATOM * an + 8 * j + g]
+                        for half in range(2) for i in range(2) for j in (2 * half, 2 * half + 1)
+                        for h in range(2) for r in range(2)]
+                run = list(ordered[ak, an, lane])
+                for block in range(0, ATOM, 2 * d):  # [r0 r2 r4 ... | r1 r3 r5 ...]
+                    mine = want[block:block + 2 * d]
+                    assert run[block:block + 2 * d] == mine[0::2] + mine[1::2]
+    assert np.array_equal(fragment_order_inverse(ordered, bits), codes)
+
+
+@pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2", "int8", "uint1"])
+def test_fragments_pack_a_lane_run_per_4b_bytes(wdtype):
+    wd = dtypes.parse(wdtype)
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 1 << wd.bits, (64, 64)).astype(np.uint8)
+    packed = pack_weights(codes, wd, FRAGMENTS)
+    assert packed.shape == (2, 64 * 4 * wd.bits)
+    runs = packed.reshape(-1, 4 * wd.bits)
+    order = fragment_order(codes, wd.bits).reshape(-1, 32)
+    for run, lane_codes in zip(runs[:40], order[:40]):  # dtypes.unpack is the reference
+        assert np.array_equal(dtypes.unpack(run, wd.bits, 32), lane_codes)
+
+
+def test_quantize_pads_n_to_whole_atoms():
+    w = np.random.default_rng(2).standard_normal((128, 40))
+    qw = quantize(w, "int4", 64, format=FRAGMENTS)
+    assert padded_n(40) == 64 and qw.scales.shape == (2, 64) and qw.packed.shape == (4, 64 * 16)
+    ref = quantize(w, "int4", 64)
+    assert np.array_equal(qw.dequantize(), ref.dequantize())
+
+
+# ---- the kernel in the interpreter ------------------------------------------------------------
+
+def _problem(wdtype: str, M: int, N: int, K: int, g: int, zeros: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N))
+    qw = quantize(w, wdtype, g, zero_point=zeros, format=FRAGMENTS)
+    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    ref = x.astype(np.float64) @ qw.dequantize()
+    return x, qw, ref
+
+
+def _interpret(x, qw, s: Schedule) -> np.ndarray:
+    K, N = qw.shape
+    M = x.shape[0]
+    zeros = qw.zeros if qw.zeros is not None else qw.scales
+    constants = dict(wdtype=qw.dtype, group_size=qw.group_size,
+                     has_zeros=qw.zeros is not None, **s.constants())
+    y = np.full((M, N), np.nan, np.float16)
+    if s.wgmma:  # as `kernels.matmul` launches them
+        constants["wide_stores"] = N % 8 == 0
+    if s.staged or s.shared_weights:
+        schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
+                                     **constants)
+        return y
+    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
+    ws = np.full(floats, np.nan, np.float32)
+    counters = np.zeros(tiles, np.int32)
+    schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
+                                 **constants)
+    assert not counters.any()  # left at zero for the next call
+    return y
+
+
+def _tolerance(x, qw, ref) -> float:
+    """f32 accumulation of f16 products (each dequantized weight rounded to f16 once, as
+    the kernel does) and one f16 rounding of the result."""
+    K = qw.shape[0]
+    w_max = float(np.abs(qw.dequantize()).max())
+    return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6
+
+
+@pytest.mark.parametrize("wdtype, zeros, s, M, N", [
+    ("int4", False, Schedule(), 3, 64),
+    ("int3", False, Schedule(bk=64, x_shared=False), 1, 72),
+    ("uint4", True, Schedule(num_warps=2), 17, 64),
+    ("f6e3m2", False, Schedule(bm=32, x_shared=False), 33, 32),
+    ("int5", False, Schedule(split_k=2, prefetch=2, x_shared=False), 5, 40),
+    ("f8e4m3", False, Schedule(split_k=4), 2, 96),
+    ("int4", False, Schedule(bm=8, swap_ab=True, prefetch=3, unroll=2), 3, 64),
+    ("uint2", True, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=2, prefetch=3,
+                             unroll=2), 9, 72),
+    ("f6e3m2", False, Schedule(bm=16, swap_ab=True, prefetch=2, x_shared=False), 17, 40),
+    ("int2", False, Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=4, split_k=2), 1,
+     32),
+    # 8 groups in 3 splits (3, 3, 2 groups), and 8 groups in 8 splits of one each
+    ("int4", False, Schedule(bm=8, swap_ab=True, num_warps=2, split_k=3), 2, 64),
+    ("uint4", True, Schedule(num_warps=2, split_k=8, x_shared=False), 5, 40),
+    ("int4", False, staged(32, 32, 4, 2, 3), 40, 72),  # 2 x 2 warps, ragged M and N
+    ("uint3", True, staged(64, 64, 4, 2, 2), 17, 64),
+    ("f6e3m2", False, staged(32, 32, 2, 1, 4), 33, 96),
+    ("int8", False, staged(48, 32, 3, 3, 5), 50, 104),  # K = 512: not whole 5-tile rounds
+    ("int4", False, wgmma(32, 4, 2, 128), 40, 200),  # wgmma: ragged M and N
+    ("uint3", True, wgmma(16, 4, 3, 64), 17, 64),  # 64-byte rows of x (bk = 32)
+    ("f6e3m2", False, wgmma(8, 8, 5, 128), 9, 264),  # two warpgroups, K = 512 in 5s
+    # x two k-tiles ahead of four stages (the wgmmas of one k-tile in flight across the
+    # next barrier), and one ahead of three with zero points
+    ("int3", False, wgmma(32, 4, 4, 64, lead=2), 40, 96),
+    ("uint4", True, wgmma(16, 8, 3, 128, lead=1), 17, 264),
+    # the converted weights shared by the warpgroups through shared memory
+    ("int4", False, wgmma(64, 8, 4, 128, lead=2, shared_weights=True), 70, 200),
+    ("uint3", True, wgmma(32, 8, 3, 64, lead=1, shared_weights=True), 17, 264),  # bk 32
+    ("f6e3m2", False, wgmma(16, 4, 5, 128, lead=3, shared_weights=True), 9, 72),
+    # the codes several k-tiles ahead (in flight across the loop's back edge, and past K)
+    ("uint4", True, wgmma(32, 4, 4, 64, lead=2, prefetch=2), 40, 96),
+    ("f6e3m2", False, wgmma(16, 4, 2, 128, prefetch=3), 9, 264),
+    ("int3", False, wgmma(64, 8, 4, 128, lead=2, prefetch=3, shared_weights=True), 70, 200),
+    ("uint4", True, wgmma(32, 8, 3, 64, lead=1, prefetch=4, shared_weights=True), 17, 264),
+    # a loop iteration's codes fetched at once (prefetch == stages), with zero points
+    ("uint4", True, wgmma(64, 8, 4, 128, lead=2, prefetch=4, shared_weights=True), 70, 200),
+    ("f6e3m2", False, wgmma(32, 8, 3, 64, lead=1, prefetch=3, shared_weights=True), 9, 72),
+    # a converting producer warpgroup: the scales read ahead from global memory with the
+    # codes, the weights converted stages - 1 k-tiles ahead (past K at the end)
+    ("uint4", True, wgmma(64, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
+                          producer=136), 70, 200),
+    ("f6e3m2", False, wgmma(32, 8, 3, 128, lead=1, shared_weights=True, producer=120), 9,
+     72),
+    # half atoms (8-bit codes): 16 columns a warp, its half of each lane's bytes; ragged
+    # N (a last tile of 8 columns), zero points with 32-row k-tiles, an 8-bit float
+    ("int8", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 40, 264),
+    ("uint8", True, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
+    ("f8e4m3", False, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
+    ("int4", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 40, 264),
+    ("f6e3m2", False, wgmma(16, 4, 3, 64, lead=1, half_atoms=True), 17, 72),
+    ("uint6", True, wgmma(8, 8, 2, 128, prefetch=3, half_atoms=True), 9, 200),
+    ("uint2", True, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True), 33, 136),
+    # the register-A kernel with K split: 4 loop iterations of 128 rows in 2 blocks, in 3
+    # (1, 1, 2), and in 4 with half atoms and zero points (each block parks its partial
+    # sums, the last adds them and stores y)
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=2, split_k=2), 40, 200),
+    ("f6e3m2", False, wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3), 17, 72),
+    ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4),
+     33, 136),
+])
+def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
+    K, g = 512, 64
+    x, qw, ref = _problem(wdtype, M, N, K, g, zeros)
+    y = _interpret(x, qw, s)
+    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+
+
+def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
+    """K = 576: 4.5 iterations of 128 rows; the last of 3 splits (1, 1, 2 iterations and
+    a half) runs past K, where the copies read zeros and the codes' loads nothing."""
+    s = wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3)
+    x, qw, ref = _problem("int3", 9, 40, 576, 64, False, seed=1)
+    y = _interpret(x, qw, s)
+    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+
+
+# ---- compiled for the GPU (CPU) ---------------------------------------------------------------
+
+def _default_program(wdtype: str, M: int):
+    """The kernel and schedule `quantized_matmul` picks for M rows of a 4096 x 12288 layer
+    (M = 1, 16: the streaming kernel's two decode tilings; M = 4096: the staged kernel)."""
+    s = default_schedule(M, 12288, 4096, 128)
+    kernel = qmm_staged_kernel("f16") if s.staged else qmm_kernel("f16")
+    return s, kernel.specialize(wdtype=dtypes.parse(wdtype), group_size=128, **s.constants())
+
+
+@pytest.mark.parametrize("M", [16, 4096])
+def test_the_ptx_for_sm_80_and_sm_90_differs_only_in_its_target(M):
+    """What lets the spill test below compile each (type, M) once for both arches
+    (`ptx_as_compiled_for`): the arch changes only ptxas' work, not the PTX."""
+    _, program = _default_program("int3", M)
+    sm_80, sm_90 = (compile_once(program, arch).ptx for arch in ("sm_80", "sm_90"))
+    assert ".target sm_80" in sm_80
+    assert sm_80.replace(".target sm_80", ".target sm_90", 1) == sm_90
+
+
+@pytest.mark.parametrize("M", [1, 16, 4096])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("wdtype", BENCH_TYPES)
+def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
+    s, program = _default_program(wdtype, M)
+    ptx = ptx_as_compiled_for(program, arch)  # (one compile for both arches: test above)
+    report = ptxas_report(ptx, arch)[program.name]
+    assert max(report.spill_stores, report.spill_loads) <= SPILL_SLACK, str(report)
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix" in ptx
+    assert s.staged == (M == 4096)
+    if s.staged:  # every operand through shared memory, in 16-byte copies
+        assert "cp.async.cg.shared.global" in ptx
+        # (the conversion's bias constants are read once from a module global)
+        assert not [line for line in ptx.splitlines()
+                    if "ld.global" in line and "tilevm_opaque_" not in line]
+    elif dtypes.parse(wdtype).bits in (4, 8):
+        assert "ld.global.v4" in ptx  # 16 bytes of codes per lane
+    # Each converted pair (and each pair scaled) is one mma register: no two halves of
+    # different registers are packed together (ptxas would `prmt` them); a scale's
+    # broadcast {s, s} is the only packing left.
+    packed = re.findall(r"mov\.b32\s+%r\d+, \{(%rs\d+), (%rs\d+)\}", ptx)
+    assert all(lo == hi for lo, hi in packed), packed[:4]
+
+
+# ---- schedules and the tuning table -------------------------------------------------------------
+
+@pytest.mark.parametrize("M, N, K, g", [(1, 12288, 4096, 128), (16, 4096, 14336, 128),
+                                        (4096, 4096, 4096, 64), (17, 200, 4096, 32),
+                                        (1, 8192, 28672, 128), (5, 64, 96, 96)])
+def test_schedules_fit_the_problem(M, N, K, g):
+    found = candidates(M, N, K, g)
+    assert found and all(s.fits(K, g) for s in found)
+    assert default_schedule(M, N, K, g).fits(K, g)
+    # x as the mma A operand pads M to 16-row tiles; swapped (x^T as B) to 8 rows
+    assert all(s.bm % 16 == 0 for s in found if not s.swap_ab)
+    assert all(s.bm in (8, 16) and M <= 16 for s in found if s.swap_ab)
+    assert len(found) <= 20  # the first call compiles and times each (<= 20 s in all)
+
+
+def test_splits_take_whole_chunks_of_unroll_groups_and_stages_are_even():
+    # K = 1024, g = 64: 16 groups, 8 chunks of unroll = 2 groups; a split takes whole
+    # chunks, as many as it gets (6 chunks in 4 splits: 1, 2, 1, 2)
+    assert Schedule(unroll=2, split_k=4).fits(1024, 64)
+    assert Schedule(unroll=2, split_k=4).fits(1024 - 64 * 4, 64)
+    assert not Schedule(unroll=2, split_k=16).fits(1024, 64)  # more splits than chunks
+    assert not Schedule(unroll=2).fits(1024 - 64, 64)  # 15 groups: no whole chunks
+    # one 64-row k-tile per group: the two activation stages need unroll 2
+    assert not Schedule(bk=64).fits(1024, 64)
+    assert Schedule(bk=64, unroll=2).fits(1024, 64)
+    # deepen: three k-tiles in flight, 4 per loop iteration, when the problem allows it
+    s = Schedule(bm=8, bk=64, num_warps=2, split_k=4, swap_ab=True)
+    assert schedule.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
+                                                      swap_ab=True, prefetch=3, unroll=2)
+    assert schedule.deepen(s, 4096 + 128, 128) == s  # 33 groups: no whole chunks of 2
+    # the default fetches one k-tile ahead (the deeper pipeline is the tuner's to try)
+    assert default_schedule(1, 12288, 4096, 128).prefetch == 1
+    assert default_schedule(16, 12288, 4096, 128).prefetch == 1
+
+
+def test_the_kernel_rejects_odd_stages_with_its_reason():
+    from tilevm.ir.errors import VMError
+
+    with pytest.raises(VMError, match="even number of k-tiles"):
+        qmm_kernel("f16").specialize(wdtype=dtypes.parse("int4"), group_size=64, bk=64)
+
+
+def test_default_schedule_fills_the_gpu_with_split_k():
+    s = default_schedule(1, 4096, 4096, 128, sms=132)  # up to 16 splits
+    assert s.split_k == 16 and (4096 // (32 * s.num_warps)) * 8 < 4 * 132
+    s = default_schedule(1, 12288, 4096, 128, sms=132)  # 96 blocks of 4 warps: 8 splits
+    blocks = 12288 // (32 * s.num_warps)
+    assert blocks * s.split_k >= 4 * 132 > blocks * s.split_k // 2
+    # up to 8 rows 4 warps; a wide layer splits K in two to make 4 blocks per SM
+    s = default_schedule(1, 57344, 8192, 128, sms=132)
+    assert (s.num_warps, s.split_k, s.prefetch) == (4, 2, 1)
+    assert default_schedule(1, 57344, 8192, 128, sms=100).split_k == 1
+
+
+def test_m_buckets():
+    assert [matmul.m_bucket(m) for m in (1, 2, 8, 9, 16, 17, 4096, 5000)] == \
+        [8, 8, 8, 16, 16, 64, 4096, 8192]
+
+
+def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
+    table = {"H100|int4|g128|f16|z0|M1|N4096|K4096": {"schedule": Schedule(split_k=8)
+                                                     .constants(), "us": 9.7}}
+    matmul._write_table(table)
+    assert json.loads((tmp_path / "tuning.json").read_text()) == table
+    assert matmul._read_table() == table
+    (tmp_path / "tuning.json").write_text("{ not json")
+    assert matmul._read_table() == {}  # corrupt: tuned again, never a crash
+    assert not list(tmp_path.glob(".tuning.*"))  # no temporary file left behind
+
+
+def test_schedule_module_names_its_space():
+    assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
+                                               "split_k": 1, "x_shared": True,
+                                               "prefetch": 1, "swap_ab": False,
+                                               "unroll": 1}
+    assert staged(128, 64, 8, 2, 3).constants() == {"bm": 128, "bk": 64, "num_warps": 8,
+                                                    "warps_m": 2, "stages": 3}
+    with pytest.raises(ValueError, match="staged"):
+        Schedule(bm=128, staged=True, split_k=2)
+    with pytest.raises(ValueError, match="warps_m"):
+        Schedule(warps_m=2)
+    # the kernels' keyword constants are exactly the schedule's
+    import inspect
+
+    for s, kernel in ((Schedule(), qmm_kernel("f16")), (staged(64, 32, 4, 1, 4),
+                                                        qmm_staged_kernel("f16"))):
+        names = {p.name for p in inspect.signature(kernel.fn).parameters.values()
+                 if p.kind is p.KEYWORD_ONLY}
+        assert set(s.constants()) == names - {"wdtype", "group_size", "has_zeros"}
+
+
+# ---- on the GPU ------------------------------------------------------------------------------
+
+def _gpu_case(wdtype: str, act: str, M: int, N: int, K: int, g: int, zeros: bool,
+              s: Schedule | None = None):
+    import torch
+
+    from tilevm.kernels import quantized_matmul
+
+    torch.manual_seed(hash((wdtype, act, M, N)) % 1000)
+    tdt = torch.float16 if act == "f16" else torch.bfloat16
+    w = torch.randn(K, N, device="cuda")
+    qw = quantize(w.to(tdt), wdtype, g, zero_point=zeros, format=FRAGMENTS)
+    x = torch.randn(M, K, device="cuda").to(tdt)
+    y = quantized_matmul(x, qw, schedule=s, tune=False)
+    ref = x.double() @ qw.dequantize().double()
+    wq = qw.dequantize().to(tdt).double()  # the kernel rounds each weight to `act` once
+    bound = (2.0 ** -7 if act == "bf16" else 2.0 ** -10) * (
+        ref.abs().max() + (x.double().abs() @ wq.abs()).max() / 4)
+    err = (y.double() - ref).abs().max()
+    assert y.shape == (M, N) and y.dtype == tdt
+    assert torch.isfinite(y).all() and err <= bound, (float(err), float(bound))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["f16", "bf16"])
+@pytest.mark.parametrize("wdtype", BENCH_TYPES)
+def test_gpu_every_weight_type_matches_float64(wdtype, act):
+    g = 128 if wdtype in ("int4", "uint4") else 64
+    _gpu_case(wdtype, act, 17, 200, 1024, g, False)  # ragged M and N
+    _gpu_case(wdtype, act, 1, 256, 2048, g, False)
+    _gpu_case(wdtype, act, 130, 200, 1024, g, False)  # the staged kernel (M >= 128)
+
+
+def _skip_unless_hopper() -> None:
+    """Skip a GPU test of the wgmma kernels on a GPU without sm_90a."""
+    import torch
+
+    from tilevm.kernels.matmul import is_hopper
+
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [Schedule(split_k=4), Schedule(num_warps=4, bk=64),
+                               Schedule(bm=8, swap_ab=True, num_warps=2, split_k=3),  # uneven
+                               Schedule(bm=64, x_shared=False), Schedule(bm=32, prefetch=3),
+                               Schedule(bm=8, swap_ab=True, split_k=4, prefetch=3),
+                               Schedule(bm=16, bk=64, num_warps=4, swap_ab=True, prefetch=3,
+                                        unroll=2),
+                               Schedule(bm=8, swap_ab=True, x_shared=False, prefetch=2),
+                               staged(128, 64, 8, 2, 2), staged(64, 32, 4, 1, 4),
+                               staged(48, 32, 3, 3, 5), wgmma(128, 4, 2, 128),
+                               wgmma(64, 8, 3, 128), wgmma(40, 4, 4, 32),
+                               wgmma(128, 4, 4, 128, lead=2), wgmma(64, 8, 4, 64, lead=1),
+                               wgmma(256, 8, 4, 128, lead=2, shared_weights=True),
+                               wgmma(64, 8, 3, 64, lead=1, shared_weights=True),
+                               wgmma(128, 4, 4, 128, lead=2, prefetch=2),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=3,
+                                     shared_weights=True),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=4,
+                                     shared_weights=True),
+                               wgmma(256, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
+                                     producer=136), dequant_schedule()])
+def test_gpu_schedules_and_zero_points(s):
+    if s.wgmma:
+        _skip_unless_hopper()
+    _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
+    _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros", [("int8", "bf16", False), ("uint8", "f16", True),
+                                                ("f8e4m3", "f16", False),
+                                                ("f8e5m2", "bf16", False),
+                                                ("int4", "f16", False),
+                                                ("f6e3m2", "bf16", False),
+                                                ("uint6", "f16", True),
+                                                ("int2", "bf16", False)])
+def test_gpu_half_atoms(wdtype, act, zeros):
+    """The wgmma kernel with half atoms (codes of an even width), its tuned tiling and a
+    small one with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
+    iterations."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 300, 264, 1088, 64, zeros,
+              wgmma(256, 8, 4, 64, lead=2, prefetch=2, half_atoms=True))
+    _gpu_case(wdtype, act, 520, 200, 4224, 128, zeros,
+              wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True))
+    _gpu_case(wdtype, act, 33, 72, 1024, 64, zeros, wgmma(64, 4, 3, 64, lead=1,
+                                                           half_atoms=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)),
+    ("int3", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=3)),
+    ("uint4", "f16", True, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=8)),
+    ("f6e3m2", "bf16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                    split_k=2)),
+    ("uint8", "f16", True, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                 split_k=4)),
+    # the wide tilings, 128 partial sums a thread
+    ("int2", "bf16", False, wgmma(256, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  split_k=2)),
+    ("uint3", "f16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, split_k=2)),
+    # one warpgroup of half atoms: 64 columns a block
+    ("f6e3m2", "f16", False, wgmma(256, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                   split_k=2)),
+    ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  split_k=4))])
+def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
+    """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
+    (16.5 of 256 rows); the second call finds the tile counters back at zero."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
+
+
+@pytest.mark.gpu
+def test_gpu_dequant_pair():
+    """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
+    k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
+    _skip_unless_hopper()
+    _gpu_case("f6e3m2", "f16", 300, 200, 1088, 32, False, dequant_schedule())
+    _gpu_case("int8", "bf16", 257, 136, 1024, 64, False, dequant_schedule())
+
+
+@pytest.mark.gpu
+def test_gpu_quantized_linear_and_tuning(tmp_path, monkeypatch):
+    import torch
+
+    from tilevm.kernels import QuantizedLinear
+
+    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
+    matmul._memory.clear()
+    linear = torch.nn.Linear(1024, 320, device="cuda", dtype=torch.float16)
+    layer = QuantizedLinear.from_linear(linear, "int4", 128)
+    x = torch.randn(2, 3, 1024, device="cuda", dtype=torch.float16)
+    y = layer(x)  # tunes (first call), then the table has it
+    ref = x.double() @ layer.qweight.dequantize().double() + linear.bias.double()
+    assert y.shape == (2, 3, 320)
+    assert (y.double() - ref).abs().max() <= 2.0 ** -8 * ref.abs().max() + 1e-2
+    table = json.loads((tmp_path / "tuning.json").read_text())
+    assert len(table) == 1 and next(iter(table.values()))["candidates"] >= 1
+    matmul._memory.clear()
+    assert torch.equal(layer(x), y)  # the schedule comes back from the table
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_bad_input_is_rejected_before_any_launch():
+    import torch
+
+    from tilevm.kernels import quantized_matmul
+
+    qw = quantize(torch.randn(256, 64), "int4", 128, format=FRAGMENTS)
+    with pytest.raises(TypeError, match="CUDA torch tensor"):
+        quantized_matmul(torch.randn(1, 256, dtype=torch.float16), qw)
+    qr = quantize(torch.randn(256, 64), "int4", 128)
+    with pytest.raises((TypeError, ValueError)):
+        quantized_matmul(np.zeros((1, 256), np.float16), qr)
+
+
+def test_vmc_compiles_the_library_kernel(tmp_path, capsys):
+
+    from tilevm.cli import main
+
+    source = ROOT / "kernels" / "qmm.py"
+    out = tmp_path / "qmm.ptx"
+    assert main(["compile", f"{source}:qmm_f16", "--set", "wdtype=int3", "--set",
+                 "group_size=64", "--arch", "sm_90", "-o", str(out)]) == 0
+    ptx = out.read_text()
+    assert ".entry qmm_f16" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+    assert main(["compile", str(source), "--arch", "sm_90", "-o", str(out)]) != 0
+    assert "name one" in capsys.readouterr().err  # four kernels: the user picks one
+
+
+def test_wgmma_schedules():
+    s = wgmma(128, 4, 2, 128)
+    assert s.constants() == {"bm": 128, "bk": 64, "num_warps": 4, "stages": 2, "lead": 0,
+                             "prefetch": 1}
+    assert str(s) == "wgmma bm=128 bk=64 warps=4 stages=2"
+    assert str(wgmma(128, 4, 4, 128, lead=2)) == "wgmma bm=128 bk=64 warps=4 stages=4 lead=2"
+    assert str(wgmma(128, 4, 4, 128, lead=2, prefetch=2)) == \
+        "wgmma bm=128 bk=64 warps=4 stages=4 lead=2 prefetch=2"
+    assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
+    assert not wgmma(128, 4, 4, 128, prefetch=5).fits(4096, 128)  # 1..4 k-tiles of codes
+    assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
+    with pytest.raises(ValueError, match="lead, shared_weights, dequant and half_atoms are"):
+        Schedule(bm=16, lead=1)
+    with pytest.raises(ValueError, match="lead, shared_weights, dequant and half_atoms are"):
+        Schedule(bm=16, half_atoms=True)
+    with pytest.raises(ValueError, match="half_atoms is the wgmma kernel's with the weights"):
+        wgmma(256, 8, 4, 128, lead=2, shared_weights=True, half_atoms=True)
+    shared = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True)
+    assert str(shared) == \
+        "wgmma shared_weights bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=4"
+    assert shared.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
+                                  "lead": 2, "prefetch": 4}
+    assert shared.fits(4096, 128) and shared in candidates(4096, 12288, 4096, 128,
+                                                            hopper=True)
+    assert not wgmma(256, 8, 4, 128, lead=3, shared_weights=True).fits(4096, 128)
+    assert not any(s.shared_weights for s in candidates(4096, 12288, 4096, 64, hopper=True))
+    assert wgmma(128, 4, 2, 32).bk == 32 and wgmma(128, 4, 2, 32).fits(4096, 32)
+    assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
+    assert not Schedule(264, 64, 4, wgmma=True, stages=2).fits(4096, 128)  # wgmma's N
+    with pytest.raises(ValueError, match="wgmma schedule takes"):
+        Schedule(128, 64, 4, wgmma=True, x_shared=False)
+    # Split-K: the register-A kernel's, in whole iterations of whole groups, where the
+    # last block's sum fits (two tiles of at most 128 partial sums a thread).
+    split = wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=4)
+    assert str(split) == "wgmma bm=64 bk=64 warps=4 stages=4 lead=2 prefetch=2 split_k=4"
+    assert split.constants()["split_k"] == 4 and split.block_columns == 128
+    assert split.fits(4096, 128) and not split.fits(4096, 512)  # 256-row iterations
+    assert not replace(split, split_k=17).fits(4096, 128)  # 16 iterations
+    assert wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
+    assert not wgmma(256, 4, 4, 128, split_k=2).fits(4096, 128)  # 256
+    assert wgmma(256, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 128
+    with pytest.raises(ValueError, match="split_k is the register-A"):
+        wgmma(256, 8, 4, 128, lead=2, shared_weights=True, split_k=2)
+    with pytest.raises(ValueError, match="one kernel"):
+        Schedule(128, 64, 4, wgmma=True, staged=True)
+    # Prefill on Hopper: the wgmma kernel only (it beat the staged one at every type
+    # measured); elsewhere the staged kernel; the default follows.
+    found = candidates(4096, 12288, 4096, 128, hopper=True)
+    assert found and all(c.wgmma for c in found)
+    assert not any(c.wgmma for c in candidates(4096, 12288, 4096, 128))
+    assert any(c.wgmma for c in candidates(256, 12288, 4096, 128, hopper=True))
+    # Where the shared-weights kernel fits, two wgmma tilings beside it (it beat them all);
+    # with 32-row k-tiles, every wgmma tiling; and the dequantize-then-multiply pair
+    # (tests/kernels/test_kernels_qmm_dequant.py).
+    assert len(found) == 1 + len(WGMMA_TILES_BESIDE_SHARED) + 1
+    assert set(WGMMA_TILES_BESIDE_SHARED) <= set(WGMMA_TILES)
+    assert len(candidates(4096, 12288, 4096, 64, hopper=True)) == len(WGMMA_TILES) + 1
+    assert default_schedule(4096, 12288, 4096, 128, hopper=True) == shared
+    assert default_schedule(4096, 12288, 4096, 64, hopper=True) == \
+        wgmma_tile(WGMMA_TILES[0], 64)
+    assert default_schedule(128, 12288, 4096, 128, hopper=True) == \
+        wgmma_tile(WGMMA_TILES[0], 128)  # 128 rows: a 256-row tile would be half empty
+    assert default_schedule(4096, 12288, 4096, 128).staged
+    assert not default_schedule(16, 12288, 4096, 128, hopper=True).wgmma
+    # 6- and 8-bit codes: the half-atom tiling beside those, and the default from 256 rows
+    half = wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True)
+    assert half.constants() == {"bm": 256, "bk": 64, "num_warps": 8, "stages": 4,
+                                "lead": 2, "prefetch": 2, "half_atoms": True}
+    assert str(half) == "wgmma half_atoms bm=256 bk=64 warps=8 stages=4 lead=2 prefetch=2"
+    for bits in (6, 8):
+        assert candidates(4096, 12288, 4096, 128, hopper=True, bits=bits) == \
+            [shared, half, *found[1:]]
+        assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits) == half
+    for bits in (2, 3, 4):
+        assert half not in candidates(4096, 12288, 4096, 128, hopper=True, bits=bits)
+        assert default_schedule(4096, 12288, 4096, 128, hopper=True, bits=bits) == shared
+    assert default_schedule(128, 12288, 4096, 128, hopper=True, bits=8) == \
+        wgmma_tile(WGMMA_TILES[0], 128)
+
+
+def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
+    """33..256 rows on Hopper: the register-A wgmma kernel with K split (`MIDDLE_TILES`:
+    half atoms for even widths, tiles of more than 64 rows from 65 rows), beside the
+    streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
+    elsewhere no wgmma kernel splits K."""
+    for bits, tilings in ((4, 2), (3, 1)):
+        found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
+        split = [s for s in found if s.wgmma and s.num_warps == 4]
+        assert len(split) == 4 * tilings and {s.split_k for s in split} == {1, 2, 4, 8}
+        assert all(s.bm == 64 for s in found if s.wgmma)
+        assert {s.half_atoms for s in split} == ({False, True} if bits == 4 else {False})
+        assert [s.split_k for s in found if s.num_warps == 8] == ([1] if bits == 4 else [])
+        assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
+        assert len(found) <= 20
+    found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
+    assert all(s.wgmma for s in found) and len(found) <= 20
+    assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
+    assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
+                                                                      (64, True), (128, True)}
+    assert len(candidates(256, 4096, 14336, 128, hopper=True, bits=3)) <= 8
+    assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
+    assert any(s.shared_weights for s in found)
+    assert not any(s.wgmma and s.split_k > 1 for M in (1, 16, 4096)
+                   for s in candidates(M, 4096, 14336, 128, hopper=True, bits=4))
+    assert not any(s.wgmma for s in candidates(64, 4096, 14336, 128, bits=4))
+    # a split takes whole iterations of whole groups: none with 512-row groups
+    assert not any(s.wgmma and s.split_k > 1
+                   for s in candidates(64, 4096, 14336, 512, hopper=True))
+
+
+def test_half_atoms_take_codes_of_even_widths_only():
+    """A schedule given by hand with half atoms for codes of an odd width (a half atom's
+    codes are not one run of whole bytes) is refused when the kernel is specialized,
+    naming the kernel's line."""
+    s = wgmma(256, 8, 4, 128, lead=2, half_atoms=True)
+    with pytest.raises(VMError, match="half_atoms takes codes of an even width, got int3") \
+            as info:
+        schedule_kernel(s).specialize(wdtype=dtypes.parse("int3"), group_size=128,
+                                      **s.constants())
+    assert "qmm_wgmma.py" in str(info.value)
