@@ -22,7 +22,6 @@ One concept a module:
 - `device_array`: `DeviceArray`, a small contiguous device buffer of tilevm elements.
 """
 
-from tilevm.backend.analysis.signature import ParamSpec, Signature, ViewSpec, signature_from_program
 from tilevm.backend.cuda.buffers import BufferInfo, describe_buffer
 from tilevm.backend.cuda.driver import Context, device_arch, ensure_context
 from tilevm.backend.cuda.errors import (
@@ -39,8 +38,7 @@ from tilevm.backend.cuda.validate import BoundPointer, BoundScalar, validate_arg
 
 __all__ = [
     "ArgumentTypeError", "ArgumentValueError", "CudaError", "NoDriverError", "ModuleLoadError",
-    "ParamSpec", "ViewSpec", "Signature", "BoundPointer", "BoundScalar",
-    "signature_from_program", "validate_args", "describe_buffer", "BufferInfo",
+    "BoundPointer", "BoundScalar", "validate_args", "describe_buffer", "BufferInfo",
     "Context", "ensure_context", "device_arch", "load_module", "load_artifact",
     "Module", "Kernel", "resolve_stream",
 ]
