@@ -3,7 +3,8 @@
 One rule serves every format; it reads only the format's fields.
 
 `decode(codes, dtype)` is exact for every code: each value of every format here is
-a float64 (at most 24 significant bits, exponents far inside float64's range).
+a float64 (at most 24 significant bits, exponents far inside float64's range), except
+the int64/uint64 values beyond 2^53, which round to the nearest float64.
 
 `encode(values, dtype)` rounds to nearest, ties to even, exactly:
 - floats: the quantum at a value's binade is `2^(e - M)` (at least the subnormal
@@ -16,6 +17,9 @@ a float64 (at most 24 significant bits, exponents far inside float64's range).
   (`DataType.nan_code`), and is a `DTypeError` for finite-only formats.
   The sign of zero is kept (-0.0 encodes to the negative-zero code).
 - integers: round half to even, then saturate to [min, max]; NaN is a `DTypeError`.
+  Saturation is exact for every width (a value at or beyond a bound gets that bound's
+  code; 64-bit bounds are never clipped as floats, which would round past them), and
+  integer input arrays are encoded as integers, never rounded through float64.
 
 Codes are returned in the smallest unsigned numpy type that holds them
 (`DataType.code_dtype`: uint8 for every low-bit type).
@@ -76,25 +80,49 @@ def encode(values: np.ndarray | float | list, dtype: DataType | str) -> np.ndarr
     x = np.asarray(values)
     if x.dtype.kind not in "biuf":
         raise DTypeError(f"cannot encode values of numpy dtype {x.dtype} as {dtype}")
+    out_type = np.dtype(dtype.code_dtype)
+    if dtype.is_integer and x.dtype.kind in "biu":
+        return _encode_integer(x, dtype).astype(out_type)
     x = x.astype(np.float64)
     nan = np.isnan(x)
     if nan.any() and not dtype.has_nan:
         raise DTypeError(f"{dtype} has no NaN; the input holds NaN at flat index "
                          f"{int(np.flatnonzero(nan)[0])}")
-    out_type = np.dtype(dtype.code_dtype)
     if dtype.is_integer:
         return _encode_integer(x, dtype).astype(out_type)
     return _encode_float(x, nan, dtype).astype(out_type)
 
 
 def _encode_integer(x: np.ndarray, dtype: DataType) -> np.ndarray:
-    rounded = np.clip(np.rint(x), dtype.min, dtype.max)
-    # Two's complement in `bits` bits. float64 holds every value exactly except near
-    # 2^64, so the 64-bit types go through Python integers.
-    if dtype.bits == 64:
-        ints = np.array([int(v) % (1 << 64) for v in rounded.flat], dtype=np.uint64)
-        return ints.reshape(rounded.shape)
-    return (rounded.astype(np.int64) % (1 << dtype.bits)).astype(np.uint64)
+    # Saturation selects the integer bound's code wherever the value reaches a bound.
+    # It never clips in float64: float(2^63 - 1) and float(2^64 - 1) round up past the
+    # range (to 2^63 and 2^64), whose codes would wrap around to -2^63 and 0.
+    if x.dtype.kind in "biu":  # exact: integers are compared as integers, never as floats
+        ints = x.astype(np.uint8) if x.dtype.kind == "b" else x
+        below, above = _beyond_bounds(ints, np.iinfo(ints.dtype), dtype)
+        inside = np.where(below | above, 0, ints)
+    else:
+        rounded = np.rint(x.astype(np.float64))
+        below, above = rounded <= float(dtype.min_exact), rounded >= float(dtype.max_exact)
+        # Every float strictly between the bounds converts exactly: below 2^63 for signed
+        # types (through int64) and below 2^64 for unsigned ones (through uint64).
+        inside = np.where(below | above, 0.0, rounded)
+        inside = inside.astype(np.int64 if dtype.is_signed else np.uint64)
+    # Two's complement in `bits` bits (a negative int64 cast to uint64 wraps mod 2^64).
+    codes = inside.astype(np.uint64) & np.uint64(dtype.num_codes - 1)
+    min_code = np.uint64(int(dtype.min_exact) % dtype.num_codes)
+    max_code = np.uint64(int(dtype.max_exact))
+    return np.where(below, min_code, np.where(above, max_code, codes))
+
+
+def _beyond_bounds(ints: np.ndarray, info: np.iinfo, dtype: DataType
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the integers below `dtype.min` and above `dtype.max`; a bound outside the
+    array's own numpy range is never crossed (and is not compared, so nothing overflows)."""
+    lo, hi = int(dtype.min_exact), int(dtype.max_exact)
+    below = ints < lo if info.min < lo else np.zeros(ints.shape, dtype=bool)
+    above = ints > hi if info.max > hi else np.zeros(ints.shape, dtype=bool)
+    return below, above
 
 
 def _encode_float(x: np.ndarray, nan: np.ndarray, dtype: DataType) -> np.ndarray:

@@ -19,15 +19,26 @@ from tilevm.dtypes.datatype import DTypeError
 _GROUP = 8  # elements per group; a group of b-bit elements is exactly b bytes
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _check_bits(bits: int) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 8:
-        raise DTypeError(f"bit width must be an integer in 1..8, got {bits!r}")
+    if not _is_int(bits) or not 1 <= bits <= 8:
+        raise DTypeError(f"bits (the bit width) must be an integer in 1..8, got {bits!r}")
     return int(bits)
 
 
+def _check_count(count: int) -> int:
+    if not _is_int(count) or count < 0:
+        raise DTypeError(f"count must be a non-negative integer, got {count!r}")
+    return int(count)
+
+
 def packed_size(count: int, bits: int) -> int:
-    """Bytes holding `count` packed elements of `bits` bits."""
-    return (count * _check_bits(bits) + 7) // 8
+    """Bytes holding `count` packed elements of `bits` bits. A `DTypeError` (a
+    `ValueError`) for a count that is not a non-negative integer or bits outside 1..8."""
+    return (_check_count(count) * _check_bits(bits) + 7) // 8
 
 
 def pack(codes: np.ndarray | list, bits: int) -> np.ndarray:
@@ -36,7 +47,7 @@ def pack(codes: np.ndarray | list, bits: int) -> np.ndarray:
     c = np.asarray(codes)
     if c.ndim != 1:
         raise DTypeError(f"pack expects a 1-D array of codes, got shape {c.shape}")
-    if c.dtype.kind not in "iu":
+    if c.dtype.kind not in "iu" and c.size:  # `[]` is float64 to numpy, and packs fine
         raise DTypeError(f"codes must be integers, got numpy dtype {c.dtype}")
     if c.size and (c.min() < 0 or c.max() >= (1 << bits)):
         bad = c[(c < 0) | (c >= (1 << bits))][0]
@@ -60,8 +71,7 @@ def unpack(data: np.ndarray | bytes, bits: int, count: int) -> np.ndarray:
         else np.asarray(data)
     if raw.dtype != np.uint8 or raw.ndim != 1:
         raise DTypeError(f"packed data must be a 1-D uint8 array, got {raw.dtype} {raw.shape}")
-    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-        raise DTypeError(f"count must be a non-negative integer, got {count!r}")
+    count = _check_count(count)
     need = packed_size(count, bits)
     if raw.size < need:
         raise DTypeError(f"{count} elements of {bits} bits need {need} bytes, got {raw.size}")

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 else:
     Array = Any
 
-__all__ = ["Array", "NumpyOps", "TorchOps", "array_ops", "is_float_array", "is_torch",
-           "nbytes"]
+__all__ = ["Array", "NumpyOps", "TorchOps", "array_ops", "first_true", "is_float_array",
+           "is_torch", "nbytes"]
 
 
 def _torch_module() -> Any | None:
@@ -173,3 +173,12 @@ def is_float_array(x: Array) -> bool:
         return bool(x.is_floating_point() or x.is_complex())
     return np.asarray(x).dtype.kind not in "biu"
 
+
+
+def first_true(mask: Array) -> tuple[int, ...] | None:
+    """The index of `mask`'s first true element in row-major order, or None if none is."""
+    if is_torch(mask):
+        found = mask.nonzero()
+        return tuple(int(i) for i in found[0].tolist()) if len(found) else None
+    found = np.argwhere(mask)
+    return tuple(int(i) for i in found[0]) if len(found) else None

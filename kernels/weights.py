@@ -61,6 +61,7 @@ from tilevm.kernels.arrays import (
     NumpyOps,
     TorchOps,
     array_ops,
+    first_true,
     is_float_array,
     is_torch,
     nbytes,
@@ -205,7 +206,10 @@ class QuantizedWeight:
       `shape`: (K, N); `format`: the weight format's name.
 
     All arrays are of one library (numpy, or torch on one device). Not hashable and
-    compared by identity (it holds arrays).
+    compared by identity (it holds arrays). Construction checks every field (see
+    `__post_init__`): packed uint8 of the format's shape, scales finite and positive,
+    zeros (unsigned formats only) integers in 0..2^b - 1; a bad one is a `TypeError` or
+    `ValueError` naming it.
     """
 
     packed: Array
@@ -217,21 +221,38 @@ class QuantizedWeight:
     format: WeightFormat = ROW_PACKED
 
     def __post_init__(self) -> None:
+        # Every field is checked once, here: `quantized_matmul` reads them per call
+        # unchecked, and a NaN scale or an out-of-range zero point gives wrong numbers, not
+        # an error, in the kernel.
         check_format(self.format)
         object.__setattr__(self, "dtype", code_type(self.dtype))
-        K, N = (int(s) for s in self.shape)
+        K, N = _shape(self.shape)
         object.__setattr__(self, "shape", (K, N))
-        g = K if self.group_size == -1 else int(self.group_size)
-        object.__setattr__(self, "group_size", g)
-        if g <= 0 or K % g:
-            raise ValueError(f"K ({K}) must be a multiple of group_size ({g})")
-        b = self.dtype.bits
-        arrays = [self.packed, self.scales] + ([] if self.zeros is None else [self.zeros])
-        if len({is_torch(a) for a in arrays}) != 1:
+        object.__setattr__(self, "group_size", _stored_group_size(self.group_size, K))
+        self._check_arrays()
+        self._check_packed()
+        self._check_scales_and_zeros()
+
+    def _check_arrays(self) -> None:
+        """One library (numpy, or torch on one device) for every array."""
+        arrays = {"packed": self.packed, "scales": self.scales}
+        if self.zeros is not None:
+            arrays["zeros"] = self.zeros
+        for name, a in arrays.items():
+            if not (isinstance(a, np.ndarray) or is_torch(a)):
+                raise TypeError(f"{name} must be a numpy array or a torch tensor, "
+                                f"got {type(a).__name__}")
+        if len({is_torch(a) for a in arrays.values()}) != 1:
             raise TypeError("packed, scales and zeros must all be numpy arrays or all "
                             "torch tensors")
-        if is_torch(self.packed) and len({str(a.device) for a in arrays}) != 1:
+        if is_torch(self.packed) and len({str(a.device) for a in arrays.values()}) != 1:
             raise ValueError("packed, scales and zeros must be on one device")
+
+    def _check_packed(self) -> None:
+        K, N = self.shape
+        b = self.dtype.bits
+        if str(self.packed.dtype) not in ("uint8", "torch.uint8"):
+            raise TypeError(f"packed must be uint8 bytes of packed codes, got {self.packed.dtype}")
         if self.format == FRAGMENTS:
             Np = padded_n(N)
             if K % ATOM or tuple(self.packed.shape) != (K // ATOM, Np * 4 * b):
@@ -240,6 +261,12 @@ class QuantizedWeight:
         elif tuple(self.packed.shape) != (K, N * b // 8) or N % 8:
             raise ValueError(f"packed must be [K, N*b/8] = [{K}, {N * b / 8:g}] "
                              f"(N a multiple of 8), got {tuple(self.packed.shape)}")
+
+    def _check_scales_and_zeros(self) -> None:
+        """Shapes and storage types, then the values: scales finite and positive, zero
+        points integers in the codes' range 0..2^b - 1 (padding columns included)."""
+        K, N = self.shape
+        g = self.group_size
         Ns = padded_n(N, self.format)
         for name in ("scales", "zeros"):
             a = getattr(self, name)
@@ -247,8 +274,22 @@ class QuantizedWeight:
                 raise ValueError(f"{name} must be [K/group_size, {Ns}] = [{K // g}, {Ns}], "
                                  f"got {tuple(a.shape)}")
         sdt = self.scale_dtype  # validates the scales' element type
-        if self.zeros is not None and _storage_dtype(self.zeros) != sdt:
+        scales = _stored_values(self.scales)
+        xp = array_ops(scales)
+        _reject_where(~(xp.isfinite(scales) & (scales > 0)), scales, "scales",
+                      "finite and positive")
+        if self.zeros is None:
+            return
+        if _storage_dtype(self.zeros) != sdt:
             raise ValueError(f"zeros must be stored in the scale dtype {sdt}")
+        if self.dtype.kind is not Kind.UNSIGNED:
+            raise ValueError(f"zero points are for unsigned int formats; {self.dtype} is "
+                             f"symmetric (zeros must be None)")
+        zeros = _stored_values(self.zeros)
+        top = (1 << self.dtype.bits) - 1
+        in_range = (zeros == xp.rint(zeros)) & (zeros >= 0) & (zeros <= top)
+        _reject_where(~in_range, zeros, "zeros", f"integers in {self.dtype}'s code "
+                      f"range 0..{top}")
 
     @property
     def scale_dtype(self) -> DataType:
@@ -282,6 +323,39 @@ class QuantizedWeight:
 def dequantize(qw: QuantizedWeight) -> Array:
     """`qw.dequantize()`: float32 on torch (same device), float64 on numpy."""
     return qw.dequantize()
+
+
+# ---- field checks ------------------------------------------------------------------------
+
+def _shape(shape: object) -> tuple[int, int]:
+    if not (isinstance(shape, (tuple, list)) and len(shape) == 2
+            and all(_is_int(s) and s > 0 for s in shape)):
+        raise ValueError(f"shape must be (K, N), two positive integers, got {shape!r}")
+    return int(shape[0]), int(shape[1])
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _stored_group_size(group_size: object, K: int) -> int:
+    """`group_size` as stored: -1 means K; else a positive integer that divides K."""
+    if not _is_int(group_size):
+        raise TypeError(f"group_size must be an integer, got {group_size!r}")
+    g = K if group_size == -1 else int(group_size)  # type: ignore[call-overload]
+    if g <= 0 or K % g:
+        raise ValueError(f"group_size must be -1 (per-channel) or a positive divisor of K; "
+                         f"K ({K}) must be a multiple of group_size ({group_size})")
+    return g
+
+
+def _reject_where(bad: Array, values: Array, name: str, requirement: str) -> None:
+    """A ValueError naming the first element of `name` where `bad` holds."""
+    index = first_true(bad)
+    if index is not None:
+        value = float(values[index])
+        raise ValueError(f"{name} must be {requirement}; {name}[{', '.join(map(str, index))}]"
+                         f" is {value:g}")
 
 
 # ---- scale storage -----------------------------------------------------------------------
