@@ -63,6 +63,21 @@ pair), `is_exact(src, dst)` the exactness test above, `max_pair_offset` and
 `takes_exponent` what the paired form takes, `lane_pairs` which codes of a packed
 register convert together, and `pairs_convert` whether a conversion goes two codes at a
 time.
+
+The other direction, f32 -> a 1..8-bit float code, is `dtypes.encode`'s rounding as a
+few integer operations on the f32's bits (`EncodeRule`, `encode_rule(dst)`). The codes
+of a format enumerate its magnitudes in increasing order, so for a value in dst's
+normal range (|x| >= 2^emin) re-biasing the f32 pattern, `|bits| - (127 - bias) <<
+23`, gives `code << (23 - M)` plus the bits below the code: an integer round to
+nearest even of that shift is the code (a carry out of the mantissa is the next
+binade's first code, and for M = 0 the even code is the even exponent field, as
+`encode` rounds). Below 2^emin the code is `|x| / 2^(emin - M)` (a subnormal's
+quantum), rounded to nearest even: `|x| * 2^(M - emin) + 2^23` in f32 rounds it (the
+product is exact, a power-of-two scaling), and the float's low bits are the code
+(2^M there is the smallest normal, the right code again). Then the magnitude code is
+capped at `max_code` (finite formats saturate at +-max; an IEEE format's cap is its
+inf code, where values at or beyond max + ulp/2 round to), the sign bit is put back
+(-0.0 keeps its sign), and a NaN gives `nan_code` where the format has one.
 """
 
 from __future__ import annotations
@@ -78,9 +93,9 @@ import numpy as np
 from tilevm.dtypes.datatype import DataType, Kind, Specials, parse
 
 __all__ = [
-    "ConversionRule", "UnsupportedConversion", "TARGETS", "as_source", "as_target",
-    "conversion_rule", "float_bits", "is_exact", "lane_pairs", "max_pair_offset",
-    "pairs_convert", "takes_exponent",
+    "ConversionRule", "EncodeRule", "UnsupportedConversion", "TARGETS", "as_source",
+    "as_target", "conversion_rule", "encode_rule", "float_bits", "is_exact", "lane_pairs",
+    "max_pair_offset", "pairs_convert", "takes_exponent",
 ]
 
 
@@ -267,3 +282,43 @@ def pairs_convert(src: DataType, dst: DataType) -> bool:
     f16/bf16, exactly."""
     return (src.is_lowbit and dst.name in ("f16", "bf16")
             and is_exact(src, dst))
+
+
+@dataclass(frozen=True)
+class EncodeRule:
+    """The constants of f32 -> `dst` codes with `dtypes.encode`'s rounding (module doc).
+
+    `rebias`: subtracted from the f32 magnitude bits in dst's normal range; `shift`:
+    `23 - M`, the f32 mantissa bits below the code; `min_normal_bits`: the f32 bits of
+    2^emin (below: the subnormal formula, `|x| * subnormal_scale + 2^23`); `max_code`:
+    the largest magnitude code (+-max, or inf for IEEE formats); `sign_bit`; `nan_code`
+    (None for a format without NaN, where NaN saturates like a large value).
+    """
+
+    dst: DataType
+    rebias: int
+    shift: int
+    min_normal_bits: int
+    subnormal_scale: float
+    max_code: int
+    sign_bit: int
+    nan_code: int | None
+
+
+@functools.cache
+def encode_rule(dst: DataType | str) -> EncodeRule:
+    """The f32 -> code rule for a 1..8-bit float `dst` (`UnsupportedConversion` else)."""
+    dst = as_source(dst)
+    if not dst.is_float:
+        raise UnsupportedConversion(f"the encode rule makes float codes, not {dst}")
+    m, e, b = dst.mantissa_bits, dst.exponent_bits, dst.bits
+    emin = dst.min_exponent
+    if dst.specials is Specials.IEEE:
+        max_code = ((1 << e) - 1) << m  # the inf code: overflow rounds to it
+    elif dst.specials is Specials.FN:
+        max_code = (1 << (b - 1)) - 2  # all ones is NaN
+    else:
+        max_code = (1 << (b - 1)) - 1
+    return EncodeRule(dst, rebias=(127 - dst.bias) << 23, shift=23 - m,
+                      min_normal_bits=(emin + 127) << 23, subnormal_scale=2.0 ** (m - emin),
+                      max_code=max_code, sign_bit=1 << (b - 1), nan_code=dst.nan_code)

@@ -62,6 +62,11 @@ define weak bfloat @__truncsfbf2(float %x) {
 }
 """
 
+# x86's own f32 -> bf16 instructions (AVX512-BF16's `vcvtneps2bf16`, AVX-NE-CONVERT)
+# treat subnormals as zero, unlike the GPU's `cvt.rn.bf16.f32` and the interpreter:
+# the host module does without them (LLVM then rounds with `__truncsfbf2`).
+HOST_BF16_FEATURES = ("avx512bf16", "avxneconvert", "amx-bf16")
+
 
 def compile_for_host(module: ir.Module) -> llvm.ExecutionEngine:
     """The module compiled for this CPU, with its features (F16C: the host's half
@@ -74,9 +79,12 @@ def compile_for_host(module: ir.Module) -> llvm.ExecutionEngine:
     parsed = llvm.parse_assembly(text)
     parsed.verify()
     target = llvm.Target.from_triple(llvm.get_process_triple())
+    features = llvm.get_host_cpu_features()
+    for name in HOST_BF16_FEATURES:  # their f32 -> bf16 flushes subnormals to zero
+        if name in features:
+            features[name] = False
     machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                           features=llvm.get_host_cpu_features().flatten(),
-                                           opt=2)
+                                           features=features.flatten(), opt=2)
     engine = llvm.create_mcjit_compiler(parsed, machine)
     engine.finalize_object()
     return engine

@@ -10,7 +10,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from tilevm.backend.llvm import conversion
+from tilevm.backend.llvm import casts, conversion
 from tilevm.backend.llvm.bits import extract_bits, from_bits
 from tilevm.backend.llvm.types import I32, intrinsic, llvm_type
 from tilevm.dtypes import DataType, Kind, parse
@@ -25,11 +25,12 @@ def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType
     if src == dst:
         return value
     if src.is_lowbit and (src.is_float or src.bits < 8) and dst.is_float and dst.bits >= 16:
-        return conversion.emit_convert(b, value, src, dst)
+        # (an inexact pair, f6e5m0 -> f16 say, is made in f32 and rounded once)
+        return conversion.emit_convert(b, value, src, dst, allow_rounding=True)
+    if not casts.has_direct_rule(src, dst):  # the generic rule through f32 or i64
+        return casts.emit_cast(b, value, src, dst)
     dst_ty = llvm_type(dst)
     if src.is_float and dst.is_float:
-        if src.bits < 16 or dst.bits < 16:
-            raise VMError(f"conversion {src} -> {dst} is not supported by the GPU backend yet")
         if src.bits == 16 and dst.bits == 16:  # f16 <-> bf16 through f32 (exact, then RNE)
             value, src = b.fpext(value, ir.FloatType()), F32
         if dst.bits > src.bits:
@@ -219,10 +220,13 @@ def scalar_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
 def _floor_div_mod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
                    dtype: DataType) -> ir.Value:
     zero = ir.Constant(x.type, 0)
+    if not dtype.is_signed:
+        if op == "cdiv":  # the quotient, plus one where it left a remainder
+            rest = b.icmp_unsigned("!=", b.urem(x, y), zero)
+            return b.add(b.udiv(x, y), b.zext(rest, x.type))
+        return b.udiv(x, y) if op == "//" else b.urem(x, y)
     if op == "cdiv":  # ceil(x / y) = -floor(-x / y)
         return b.neg(_floor_div_mod(b, "//", b.neg(x), y, dtype))
-    if not dtype.is_signed:
-        return b.udiv(x, y) if op == "//" else b.urem(x, y)
     q, r = b.sdiv(x, y), b.srem(x, y)
     # C truncates; Python floors: adjust when the remainder's sign differs from y's.
     adjust = b.and_(b.icmp_signed("!=", r, zero),
