@@ -11,7 +11,9 @@ runtime uses it too, before a launch, for the grid, the sizes of global views an
 - float arithmetic is done in float64 and rounded once to the expression's type;
 - comparisons and `and`/`or`/`not` give 0 or 1;
 - a conversion (`ScalarCast`, `Select` into a wider type, a value into a `let`) rounds
-  to nearest even, saturating into integer types (`convert_scalar`).
+  to nearest even, saturating into integer types (`convert_scalar`);
+- a constant holds the value `dtypes.constants.literal_value` gives it (an integer
+  literal outside its type's range, or a NaN of a type without one, is a `VMError`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tilevm.dtypes import DataType, decode, encode
+from tilevm.dtypes import DataType, DTypeError, decode, encode
+from tilevm.dtypes.constants import literal_value
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Binary, BlockIndex, Const, Expr, ScalarCast, Select, Unary, Var
 
@@ -126,13 +129,11 @@ def evaluate(e: Expr | Scalar | bool, lookup: Callable[[Var], Scalar],
         return int(e)
     if isinstance(e, (int, float)):
         return e
-    if isinstance(e, Const):
-        v = e.value
-        if e.dtype.is_float:
-            return convert_scalar(float(v), e.dtype)
-        if isinstance(v, float) and not v.is_integer():
-            raise VMError(f"constant {v!r} is not an integer but has type {e.dtype}")
-        return wrap_int(int(v), e.dtype)  # a literal converts like C's: modulo 2**bits
+    if isinstance(e, Const):  # the one rule for constants (dtypes/constants.py)
+        try:
+            return literal_value(e.value, e.dtype)
+        except DTypeError as err:
+            raise VMError(f"constant {e.value!r} {err}") from None
     if isinstance(e, Var):
         return lookup(e)
     if isinstance(e, BlockIndex):

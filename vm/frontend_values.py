@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from tilevm.dtypes import DataType, DTypeError, parse
+from tilevm.dtypes.constants import literal_value
 from tilevm.ir.builder import Builder
 from tilevm.ir.errors import SourceLoc, VMError
 from tilevm.ir.expr import BOOL, INT32, Binary, Const, Expr, ScalarCast, Select, Unary, const
@@ -104,18 +105,32 @@ def is_number(value: Any) -> bool:
 
 
 def number_expr(value: Any, dtype: DataType | None = None) -> Const:
-    """A Python number as a constant (of `dtype` when given)."""
+    """A Python number as a constant (of `dtype` when given), checked here, at the user's
+    line, by the rule every constant follows (`dtypes.constants.literal_value`)."""
     if isinstance(value, bool) or (dtype == BOOL and value in (0, 1)):
         return const(bool(value), dtype or BOOL)
     if isinstance(value, numbers.Integral):
         value = int(value)
         if dtype is None:
             dtype = INT32 if -2**31 <= value < 2**31 else parse("int64")
-        return const(float(value) if dtype.is_float else value, dtype)
+        literal = literal_checked(value, dtype)
+        if dtype.is_float:  # the int as a float; one beyond float64 as the value it holds
+            value = float(value) if abs(value) < 2**1000 else float(literal)
+        return const(value, dtype)
     value = float(value)
     if dtype is not None and not dtype.is_float:
         raise VMError(f"the float {value!r} cannot become a {dtype} value")
+    if dtype is not None:
+        literal_checked(value, dtype)
     return const(value, dtype)
+
+
+def literal_checked(value: int | float, dtype: DataType) -> int | float:
+    """The value the literal `value` holds as a `dtype` constant, or a `VMError`."""
+    try:
+        return literal_value(value, dtype)
+    except DTypeError as err:
+        raise VMError(f"the constant {value!r} {err}") from None
 
 
 def to_expr(value: Any, what: str = "value") -> Expr:

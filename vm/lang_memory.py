@@ -55,6 +55,7 @@ def load_global(src: Any, offsets: Any, shape: Any, layout: Any = None,
     layout = fv.layout_for(layout, shape, MemorySpace.REGISTER, "tv.load_global")
     if not fv.is_number(other):
         raise VMError(f"tv.load_global other must be a Python number, got {fv.describe(other)}")
+    fv.literal_checked(other, t.dtype)
     return Tile(b.load_global(t.tensor, offs, shape, layout, other))
 
 

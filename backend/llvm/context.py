@@ -36,8 +36,8 @@ import numpy as np
 from tilevm.backend.analysis.packing import is_packed
 from tilevm.backend.llvm.arith import convert_value, scalar_binary
 from tilevm.backend.llvm.bits import extract_bits, from_bits, pack_words, to_bits
-from tilevm.backend.llvm.types import I32, I64, llvm_type
-from tilevm.dtypes import DataType, parse
+from tilevm.backend.llvm.types import I32, I64, llvm_constant
+from tilevm.dtypes import DataType, DTypeError, parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import (
@@ -98,10 +98,7 @@ class KernelContext:
     def _expr(self, e: Expr) -> ir.Value:
         b = self.b
         if isinstance(e, Const):
-            ty = llvm_type(e.dtype)
-            if isinstance(ty, ir.IntType):
-                return ir.Constant(ty, int(e.value) & ((1 << ty.width) - 1))
-            return ir.Constant(ty, float(e.value))
+            return self.constant(e.value, e.dtype)
         if isinstance(e, Var):
             value = self.scalars[e.name]
             return b.load(value) if isinstance(value, ir.AllocaInstr) else value
@@ -264,10 +261,12 @@ class KernelContext:
         return convert_value(self.b, self._expr(e), e.dtype, _INT64)
 
     def constant(self, value: int | float, dtype: DataType) -> ir.Value:
-        ty = llvm_type(dtype)
-        if isinstance(ty, ir.IntType):
-            return ir.Constant(ty, int(value) & ((1 << ty.width) - 1))
-        return ir.Constant(ty, float(value))
+        """A literal of `dtype` (`types.llvm_constant`); one it cannot hold is a `VMError`
+        at the instruction's line."""
+        try:
+            return llvm_constant(value, dtype)
+        except DTypeError as err:
+            raise self.fail(f"constant {value!r} {err}") from None
 
 
 _INT64 = parse("int64")

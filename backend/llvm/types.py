@@ -1,5 +1,6 @@
 """The LLVM types of the backend and small builders shared by every emitter: the LLVM
-type of a dtype's register value, integer and pointer types, vectors, intrinsics."""
+type of a dtype's register value, constants, integer and pointer types, vectors,
+intrinsics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import llvmlite.ir as ir
 
 from tilevm.backend.llvm.conversion import float_ir_type
 from tilevm.dtypes import DataType
+from tilevm.dtypes.constants import literal_code, literal_value
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ir.PointerType()
@@ -19,6 +21,20 @@ def llvm_type(dtype: DataType) -> ir.Type:
     if dtype.is_float:  # 8-bit and narrower floats are held as their codes
         return I8
     return ir.IntType(max(dtype.bits, 8) if dtype.bits > 1 else 1)
+
+
+def llvm_constant(value: int | float | bool, dtype: DataType) -> ir.Constant:
+    """A literal of `dtype` as the value the rule for constants gives it
+    (`dtypes.constants`, as the verifier and the interpreter read it; a `DTypeError` where
+    it holds none): integers and the codes of 8-bit and narrower floats as their bits;
+    f16, bf16 and f32 as the rounded value, which each holds exactly (inf past the
+    largest finite value of an IEEE format, the format's NaN), so llvmlite writes it
+    without rounding again."""
+    held = literal_value(value, dtype)
+    ty = llvm_type(dtype)
+    if isinstance(ty, ir.IntType):
+        return ir.Constant(ty, literal_code(held, dtype))
+    return ir.Constant(ty, held)
 
 
 def ty_bytes(ty: ir.Type) -> int:
