@@ -104,7 +104,20 @@ def _describe_tensor_maps(program: Program) -> str:
 
 
 def _check_arch(program: Program, arch: str) -> None:
-    """Instructions that exist on some architectures only: a clear error at their line."""
+    """Instructions that exist on some architectures only, and the shared memory the
+    arch gives a block: a clear error at their line."""
+    plan, limit = shared_plan(program), target.SHARED_BYTES_PER_BLOCK[arch]
+    if plan.total_bytes > limit:
+        largest = max(plan.allocations.values(), key=lambda a: a.size, default=None)
+        site = next((i for i in instructions(program.body) if largest is not None
+                     and getattr(i, "out", None) is not None
+                     and getattr(i.out, "name", None) == largest.name), None)
+        raise VMError(f"the block's shared memory takes {plan.total_bytes} bytes, more than "
+                      f"{arch} gives a block ({limit} bytes)"
+                      + (f"; the largest tensor is %{largest.name} ({largest.size} bytes)"
+                         if largest is not None else ""),
+                      None if site is None else format_instruction(site),
+                      None if site is None else site.loc)
     for inst in instructions(program.body):
         if inst.lowering is not None and inst.lowering.name == "wgmma" and arch != "sm_90a":
             raise VMError(f"dot with a shared b lowers to wgmma (Hopper's warpgroup MMA), "

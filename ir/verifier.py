@@ -88,6 +88,13 @@ Instructions (memory spaces: G global, S shared, R register)
     any earlier annotation of it;
   - print: a R or S tensor, or a scalar expression; `message` a string.
 
+Limits (docs/ir.md, "Limits"; the numbers are in `ir.verify_context`)
+  - a register tile needs at most 255 32-bit registers a thread (its layout's elements
+    per thread, or without a layout its even share of the block, times its bits);
+  - a shared tensor takes at most 227 KiB (the largest any target gives a block);
+  - a global view's constant extents hold fewer than 2^63 bits, and with a constant
+    offset and strides its farthest element's bit address is below 2^63.
+
 Statements
   - for: the loop variable is an integer `Var`; start, stop, step are integer
     expressions; a constant step is not 0; `unroll` is None or an int >= 1;

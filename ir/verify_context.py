@@ -6,12 +6,14 @@ layouts, tiles at offsets) that the instruction and statement rules build on.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, NoReturn
 
-from tilevm.dtypes import DataType, parse
+from tilevm.dtypes import DataType, DTypeError, parse
+from tilevm.dtypes.constants import literal_value
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import SourceLoc
 from tilevm.ir.expr import (
@@ -40,6 +42,14 @@ from tilevm.layouts.register_layout import RegisterLayout
 from tilevm.layouts.shared_layout import SharedLayout
 
 MAX_EXPR_SIZE = 100_000  # nodes of a scalar expression written out as a tree
+# Limits every target shares (docs/ir.md, "Limits"): a register tile needs at most the
+# 255 32-bit registers a thread has (in a layout's `local_size`, or at least its even
+# share of the block's threads); one shared allocation fits the largest shared memory a
+# block can have (227 KiB, sm_90; the backend checks the whole plan against its
+# target's); a global view's elements and bit addresses fit int64 (the indexing's type).
+MAX_REGISTERS_PER_THREAD = 255
+MAX_SHARED_BYTES = 227 * 1024
+MAX_GLOBAL_BITS = 2**63 - 1
 MAX_TEXT_SIZE = 5_000  # larger statements are not quoted in messages
 
 INT32 = parse("int32")
@@ -254,12 +264,10 @@ def _expr_dtype(ctx: Context, e: Expr, what: str) -> DataType:
         dtype = dtype_field(ctx, e.dtype, f"constant in {what}")
         if not isinstance(e.value, (bool, int, float)):
             fail(f"{ctx.op}: constant {short(e.value)} in {what} is not a number")
-        if not dtype.is_float and isinstance(e.value, float):
-            fail(f"{ctx.op}: constant {e.value!r} in {what} is not an integer but has "
-                  f"type {dtype}")
-        if dtype.is_integer and not dtype.min_exact <= e.value <= dtype.max_exact:
-            fail(f"{ctx.op}: constant {e.value!r} in {what} does not fit {dtype} "
-                  f"([{dtype.min_exact}, {dtype.max_exact}])")
+        try:
+            literal_value(e.value, dtype)  # the one rule for constants (dtypes/constants.py)
+        except DTypeError as err:
+            fail(f"{ctx.op}: constant {e.value!r} in {what} {err}")
         return dtype
     if isinstance(e, Var):
         if type(e.name) is not str:
@@ -398,6 +406,10 @@ def _check_tensor_type(ctx: Context, tensor: Tensor) -> None:
         if t.layout is not None:
             fail(f"{ctx.op}: global tensor %{tensor.name} has a layout; a global view's "
                   "strides are given by global_view")
+        static = [n if is_int(n) else const_int(n) for n in t.shape]
+        if math.prod(n for n in static if n is not None) * t.dtype.bits > MAX_GLOBAL_BITS:
+            fail(f"{ctx.op}: global view %{tensor.name} of shape {shape_text(t.shape)} "
+                  f"holds more than 2^63 bits of {t.dtype}; its bit addresses overflow int64")
         return
     for n in t.shape:
         if not is_int(n) or n < 1:
@@ -405,8 +417,36 @@ def _check_tensor_type(ctx: Context, tensor: Tensor) -> None:
                   f"positive ints, got {shape_text(t.shape)}")
     if t.space is R:
         check_register_layout(ctx, t.layout, tensor)
+        _check_register_budget(ctx, tensor)
     else:
         check_shared_layout(ctx, t.layout, tensor)
+        _check_shared_budget(ctx, tensor)
+
+
+def _check_register_budget(ctx: Context, tensor: Tensor) -> None:
+    """A tile lives in its threads' registers: it may need at most the 255 a thread has
+    (an estimate from below: the layout's elements per thread, or without a layout the
+    tile spread evenly over the block, whatever else is live beside it)."""
+    t = tensor.type
+    elements = math.prod(t.shape)
+    per_thread = (t.layout.local_size if t.layout is not None
+                  else -(-elements // ctx.num_threads))
+    registers = -(-per_thread * t.dtype.bits // 32)
+    if registers > MAX_REGISTERS_PER_THREAD:
+        fail(f"{ctx.op}: register tile %{tensor.name} ({type_text(t)}, {elements} elements "
+              f"over {ctx.num_threads} threads) needs {registers} 32-bit registers per "
+              f"thread; a thread has {MAX_REGISTERS_PER_THREAD}. Split the tile, or use "
+              "more warps or shared memory")
+
+
+def _check_shared_budget(ctx: Context, tensor: Tensor) -> None:
+    t = tensor.type
+    size = (t.layout.size_bytes if t.layout is not None
+            else -(-math.prod(t.shape) * t.dtype.bits // 8))
+    if size > MAX_SHARED_BYTES:
+        fail(f"{ctx.op}: shared tensor %{tensor.name} ({type_text(t)}) takes {size} bytes; "
+              f"a block has at most {MAX_SHARED_BYTES} bytes ({MAX_SHARED_BYTES // 1024} "
+              "KiB, sm_90) of shared memory")
 
 
 def check_register_layout(ctx: Context, layout: Any, tensor: Tensor) -> None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tilevm.dtypes import DataType, parse
+from tilevm.dtypes import DataType, DTypeError, parse
+from tilevm.dtypes.constants import literal_value
 from tilevm.ir import instructions as ins
 from tilevm.ir.expr import BOOL, Var
 from tilevm.ir.types import Pointer, Tensor
 from tilevm.ir.verify_context import (
     INT32,
+    MAX_GLOBAL_BITS,
     Context,
     G,
     R,
@@ -27,6 +29,7 @@ from tilevm.ir.verify_context import (
     check_shared_layout,
     check_tensor_object,
     check_tile,
+    const_int,
     define,
     expr_text,
     fail,
@@ -73,6 +76,7 @@ def check_global_view(ctx: Context, inst: ins.GlobalView) -> None:
               f"{shape_text(out.type.shape)}; give one stride per dimension")
     for i, stride in enumerate(inst.strides):
         check_int_expr(ctx, stride, f"stride {i}")
+    _check_view_reach(ctx, inst, out)
     pdt = param.type.dtype
     if out.type.dtype != pdt and out.type.dtype.bits != pdt.bits:
         fail(f"global_view: %{out.name} is {out.type.dtype} ({out.type.dtype.bits} bits) over "
@@ -82,6 +86,19 @@ def check_global_view(ctx: Context, inst: ins.GlobalView) -> None:
     ctx.view_ptr[out.name] = param
 
 
+def _check_view_reach(ctx: Context, inst: ins.GlobalView, out: Tensor) -> None:
+    """Where every extent, stride and the offset are constants, the farthest element's
+    bit address fits int64 (the type the view's indexing computes in)."""
+    extents = [n if is_int(n) else const_int(n) for n in out.type.shape]
+    steps = [const_int(e) for e in (inst.offset, *inst.strides)]
+    if None in extents or None in steps:
+        return
+    reach = abs(steps[0]) + sum((n - 1) * abs(s) for n, s in zip(extents, steps[1:]))
+    if (reach + 1) * out.type.dtype.bits > MAX_GLOBAL_BITS:
+        fail(f"global_view: %{out.name} reaches element {reach} of {inst.ptr.name}; its bit "
+              "address overflows int64")
+
+
 def check_load_global(ctx: Context, inst: ins.LoadGlobal) -> None:
     src = use(ctx, inst.src, "src", (G,))
     out = define(ctx, inst, R)
@@ -89,9 +106,10 @@ def check_load_global(ctx: Context, inst: ins.LoadGlobal) -> None:
     other = inst.other
     if not isinstance(other, (int, float)) or isinstance(other, bool):
         fail(f"load_global: other must be a number, got {short(other)}")
-    if not src.type.dtype.is_float and isinstance(other, float):
-        fail(f"load_global: other={other!r} is not an integer but %{src.name} is "
-              f"{src.type.dtype}")
+    try:
+        literal_value(other, src.type.dtype)  # a constant of the tile's type (dtypes.constants)
+    except DTypeError as err:
+        fail(f"load_global: other={other!r} {err} (the type of %{src.name})")
     check_tile(ctx, out, src, offsets, False, "load")
     ctx.define_tensor(out)
 

@@ -7,6 +7,8 @@ meaning (`exec_<opname>`) on this state.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -23,6 +25,36 @@ from tilevm.ir.types import MemorySpace, Pointer, Tensor
 from tilevm.layouts.register_layout import RegisterLayout
 from tilevm.vm.interp_memory import SharedAlloc
 from tilevm.vm.interp_values import array_dtype, check_register_dtype, convert_scalar
+
+#: The interpreter's work limits (docs/language.md, "Limits"): it runs blocks one after
+#: another and loop trips one by one, so a grid or loop a GPU takes in its stride would
+#: run for hours here; it refuses them up front instead. Each default is overridden by
+#: the argument of `run` or by the environment variable.
+WORK_LIMITS: dict[str, tuple[int, str]] = {
+    "max_blocks": (2**16, "TILEVM_INTERP_MAX_BLOCKS"),
+    "max_loop_trips": (2**20, "TILEVM_INTERP_MAX_LOOP_TRIPS"),
+}
+
+
+def work_limit(name: str, given: int | None) -> int:
+    """The limit `name`: `given`, else its environment variable, else the default."""
+    default, variable = WORK_LIMITS[name]
+    if given is None:
+        text = os.environ.get(variable)
+        if text is None:
+            return default
+        try:
+            given = int(text)
+        except ValueError:
+            raise ValueError(f"{variable}={text!r} must be an integer") from None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {given!r}")
+    return given
+
+
+def limit_hint(name: str) -> str:
+    return (f"raise the limit with run(..., {name}=N) or the environment variable "
+            f"{WORK_LIMITS[name][1]}")
 
 
 @dataclass
@@ -61,12 +93,15 @@ class InterpreterState:
     """One program's interpreter state; the semantics and the walker subclass it."""
 
     def __init__(self, program: Program, *, check_races: bool = True,
-                 check_uninitialized: bool = True) -> None:
+                 check_uninitialized: bool = True, max_blocks: int | None = None,
+                 max_loop_trips: int | None = None) -> None:
         if not isinstance(program, Program):
             raise VMError(f"run() needs a Program, got {type(program).__name__}")
         self.program = program
         self.check_races = check_races
         self.check_uninitialized = check_uninitialized
+        self.max_blocks = work_limit("max_blocks", max_blocks)
+        self.max_loop_trips = work_limit("max_loop_trips", max_loop_trips)
         self.num_threads = program.num_threads
         self._sites: list[ins.Instruction] = []
         self._site_index: dict[int, int] = {}
@@ -150,6 +185,11 @@ class InterpreterState:
         problem = cluster_grid_problem(self.program.cluster, grid[0], dims[0])
         if problem:  # as the launch refuses it (cuda.validate.grid_of)
             raise VMError(f"kernel {self.program.name} {problem}")
+        blocks = math.prod(dims)
+        if blocks > self.max_blocks:
+            raise VMError(f"kernel {self.program.name}: the grid {tuple(dims)} has {blocks} "
+                          f"blocks, more than the interpreter runs ({self.max_blocks}); "
+                          f"{limit_hint('max_blocks')}")
         return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
     # ---- scalar expressions -------------------------------------------------------------

@@ -59,6 +59,16 @@ Memory
   racy program still gets deterministic data), but the race checker treats the tile
   as in flight until a `copy_async_wait` retires its commit group.
 
+Verification and limits
+-----------------------
+`run` first verifies the program (`ir.verifier.verify`, the compiler's first pass), so
+a program the compiler rejects is rejected here too, with the same `VMError` and line.
+The interpreter runs blocks one after another and loop trips one by one, so it refuses
+up front (a `VMError`, not a hang) a grid of more than 2^16 blocks (`max_blocks`, or the
+environment variable TILEVM_INTERP_MAX_BLOCKS) and a loop of more than 2^20 trips
+(`max_loop_trips`, or TILEVM_INTERP_MAX_LOOP_TRIPS), counted when the loop starts, from
+its evaluated bounds. Nested loops multiply: the limit is per loop.
+
 Races (`check_races=True`)
 --------------------------
 Per shared allocation and per unit of `gcd(element bits, 8)` bits, the interpreter
@@ -85,22 +95,26 @@ from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Var
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.verifier import verify
 from tilevm.layouts.errors import LayoutError
 from tilevm.vm.interp_exec_memory import MemorySemantics
 from tilevm.vm.interp_exec_tiles import TileSemantics
-from tilevm.vm.interp_state import AsyncCopy
+from tilevm.vm.interp_state import AsyncCopy, limit_hint
 from tilevm.vm.interp_values import array_dtype, convert_scalar, from_host, to_host
 
 __all__ = ["run", "Interpreter", "array_dtype", "to_host", "from_host"]
 
 
 def run(program: Program, args: Sequence[Any], *, check_races: bool = True,
-        check_uninitialized: bool = True) -> None:
-    """Run `program` over its whole grid with `args` (see the module docstring for their
-    formats), mutating the argument arrays in place. Every violation of the VM's rules
-    is a `VMError` naming the instruction and its source line."""
-    Interpreter(program, check_races=check_races,
-                check_uninitialized=check_uninitialized).run(args)
+        check_uninitialized: bool = True, max_blocks: int | None = None,
+        max_loop_trips: int | None = None) -> None:
+    """Verify `program` (`ir.verifier.verify`) and run it over its whole grid with `args`
+    (see the module docstring for their formats), mutating the argument arrays in place.
+    Every violation of the VM's rules is a `VMError` naming the instruction and its
+    source line. `max_blocks` and `max_loop_trips` bound the work (module docstring,
+    "Limits"); None takes the environment variable or the default."""
+    Interpreter(program, check_races=check_races, check_uninitialized=check_uninitialized,
+                max_blocks=max_blocks, max_loop_trips=max_loop_trips).run(args)
 
 
 # ---- helpers -----------------------------------------------------------------------------
@@ -132,6 +146,9 @@ class Interpreter(MemorySemantics, TileSemantics):
 
     # ---- entry ------------------------------------------------------------------------
     def run(self, args: Sequence[Any]) -> None:
+        if not getattr(self, "_verified", False):
+            verify(self.program)  # the compiler's first pass: one set of rules for both
+            self._verified = True
         self._bind(args)
         grid = self._grid()
         for z in range(grid[2]):
@@ -165,6 +182,11 @@ class Interpreter(MemorySemantics, TileSemantics):
                     (stmt.step, "loop step")))
                 if step == 0:
                     raise VMError("loop step is 0")
+                trips = len(range(start, stop, step))
+                if trips > self.max_loop_trips:
+                    raise VMError(f"the loop has {trips} trips, more than the interpreter "
+                                  f"runs ({self.max_loop_trips}); "
+                                  f"{limit_hint('max_loop_trips')}")
                 for value in range(start, stop, step):
                     self.scalars[stmt.var] = convert_scalar(value, stmt.var.dtype)
                     self._stmt(stmt.body)

@@ -25,6 +25,15 @@ TARGETS: dict[str, Target] = {
     name: Target(name, 80) for name in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 }
 
+#: The most shared memory one block may use on each arch (bytes: the opt-in maximum of
+#: the CUDA C++ Programming Guide's table of compute capabilities). The verifier holds
+#: every allocation to the largest (227 KiB, `ir.verify_context.MAX_SHARED_BYTES`); the
+#: pipeline holds a program's whole plan to its target's.
+SHARED_BYTES_PER_BLOCK: dict[str, int] = {
+    "sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024,
+    "sm_90": 227 * 1024, "sm_90a": 227 * 1024,
+}
+
 
 def native_arch(device_arch: str) -> str:
     """The arch to compile for on a device of `device_arch`: its own, with the

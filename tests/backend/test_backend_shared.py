@@ -20,10 +20,11 @@ from tilevm.backend.analysis.shared_memory import (
     shared_plan,
 )
 from tilevm.backend.passes.plan_shared_memory import plan_shared_memory
-from tilevm.backend.pipeline import PASS_NAMES, run_passes
+from tilevm.backend.pipeline import PASS_NAMES, compile_program, run_passes
 from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
-from tilevm.ir.errors import VMError
+from tilevm.ir.builder import Builder
+from tilevm.ir.errors import SourceLoc, VMError
 from tilevm.ir.expr import Const, Var
 from tilevm.ir.stmt import For, If, Program, Seq
 from tilevm.ir.transform import instructions
@@ -476,3 +477,32 @@ def test_gpu_shared_roundtrip_matches_interpreter(dtype, M, N):
     got, expected = run_both(kernel, [x, np.full((M, N), 99, np_dtype), M, N], {})
     assert np.array_equal(_bits(got[1]), _bits(expected[1]))
     assert np.array_equal(got[1], x)
+
+
+def test_a_plan_over_the_targets_shared_memory_is_refused_at_the_largest_tensor():
+    """Two 120 KiB tensors live together: each fits the verifier's 227 KiB, the plan
+    (240 KiB) fits no target; one of them alone fits sm_90a but not sm_86's 99 KiB."""
+    def program(count: int) -> Program:
+        b = Builder("big_shared", num_warps=4)
+        out = b.pointer_param("out", "f32")
+        b.set_grid(1)
+        tiles = []
+        for i in range(count):
+            b.loc = SourceLoc("big.py", 10 + i)
+            tiles.append(b.alloc_shared("f32", [120 * 256]))
+        b.loc = SourceLoc("big.py", 20)
+        for s in tiles:
+            b.store_shared(s, b.full(1.0, "f32", [128]), [0])
+        b.sync()
+        g = b.global_view(out, [128])
+        b.store_global(g, b.load_shared(tiles[-1], [0], [128]), [0])
+        return b.build()
+
+    for arch, limit in (("sm_80", 163 * 1024), ("sm_90a", 227 * 1024)):
+        with pytest.raises(VMError, match=rf"takes 245760 bytes, more than {arch} gives a "
+                                          rf"block \({limit} bytes\)"):
+            compile_program(program(2), arch)
+    with pytest.raises(VMError, match=r"takes 122880 bytes, more than sm_86 gives a block "
+                                      r"\(101376 bytes\); the largest tensor") as info:
+        compile_program(program(1), "sm_86")
+    assert info.value.loc == SourceLoc("big.py", 10)

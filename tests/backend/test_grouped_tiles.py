@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tilevm.kernels.qmm_wgmma import grouped_tiles
-from tilevm.layouts import local
+from tilevm.layouts import replicated
 from tilevm.vm import lang as tv
 
 
@@ -21,7 +21,7 @@ def test_grouped_tiles_cover_every_tile_once_in_group_order(tiles_n, tiles_m, gr
         pid = tv.block_idx(1) * TN + tv.block_idx(0)
         cells = tv.global_view(out, [TN * TM, 2])
         for column, value in enumerate((n, m)):
-            tv.store_global(cells, tv.full([1, 1], value, tv.int32, layout=local(1, 1)),
+            tv.store_global(cells, tv.full([1, 1], value, tv.int32, layout=replicated(32, ndim=2)),
                             [pid, column])
 
     out = np.full((tiles_n * tiles_m, 2), -1, np.int32)

@@ -1471,3 +1471,65 @@ def test_unknown_statement() -> None:
     t = Base()
     t.b.append(42)  # type: ignore[arg-type]
     t.expect("not a statement: 42", loc=None)
+
+
+# ---- limits (docs/ir.md, "Limits") ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, shape, layout, registers", [
+    ("f32", (128 * 255,), None, None),  # 255 f32 a thread over 128 threads: the most
+    ("f32", (128 * 255 + 1,), None, 256),
+    ("f16", (128 * 510,), None, None),  # two f16 a register
+    ("f16", (128 * 510 + 1,), None, 256),
+    ("int4", (2**40,), None, 2**40 // 128 // 8),
+    # a layout's elements per thread count, replicas included: 256 f32 on each thread
+    ("f32", (256,), local(256).replicated(128), 256),
+])
+def test_register_tile_fits_a_threads_registers(dtype: str, shape: tuple[int, ...],
+                                                layout: Any, registers: int | None) -> None:
+    t = Base()
+    t.b.loc = LOC
+    t.b.full(0, dtype, shape, layout)
+    if registers is None:
+        verify(t.b.build())
+    else:
+        t.expect(f"needs {registers} 32-bit registers per thread; a thread has 255")
+
+
+@pytest.mark.parametrize("dtype, shape, size", [
+    ("f32", (227 * 256,), None),  # 227 KiB exactly
+    ("uint8", (227 * 1024 + 1,), 227 * 1024 + 1),
+    ("int4", (2**62,), 2**61),
+])
+def test_shared_allocation_fits_a_block(dtype: str, shape: tuple[int, ...],
+                                        size: int | None) -> None:
+    t = Base()
+    t.b.loc = LOC
+    t.b.alloc_shared(dtype, shape)
+    if size is None:
+        verify(t.b.build())
+    else:
+        t.expect(f"takes {size} bytes; a block has at most 232448 bytes (227 KiB")
+
+
+def i64(value: int) -> Const:
+    return const(value, "int64")
+
+
+@pytest.mark.parametrize("shape, strides, offset, fragment", [
+    ((2**58,), (1,), 0, None),  # 2^58 f16 = 2^62 bits: fits
+    ((2**59,), (1,), 0, "holds more than 2^63 bits of f16"),
+    ((2, 2**40, 2**40), (1, 1, 1), 0, "holds more than 2^63 bits of f16"),
+    ((4, 4), (2**57, 1), 0, None),  # last element 3 * 2^57 + 3: bit about 1.5 * 2^62
+    ((4, 4), (2**58, 1), 0, "reaches element 864691128455135235 of y"),
+    ((4,), (1,), 2**59, "reaches element 576460752303423491 of y"),
+    ((4,), (1,), -(2**59), "reaches element 576460752303423491 of y"),
+])
+def test_global_view_addresses_fit_int64(shape: tuple[int, ...], strides: tuple[int, ...],
+                                         offset: int, fragment: str | None) -> None:
+    t = Base()
+    t.b.loc = LOC
+    t.b.global_view(t.py, [i64(n) for n in shape], [i64(s) for s in strides], i64(offset))
+    if fragment is None:
+        verify(t.b.build())
+    else:
+        t.expect(fragment)

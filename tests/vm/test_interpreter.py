@@ -15,6 +15,7 @@ from tilevm.ir.errors import SourceLoc, VMError
 from tilevm.ir.expr import Binary, BlockIndex, Expr, ScalarCast, as_expr
 from tilevm.layouts.register_layout import local, replicated, spatial
 from tilevm.layouts.shared_layout import row_major, swizzled
+from tilevm.vm import lang as tv
 from tilevm.vm.interpreter import Interpreter, array_dtype, from_host, run, to_host
 
 pytestmark = pytest.mark.filterwarnings("error")  # numpy warnings are bugs here
@@ -145,7 +146,7 @@ def test_2d_ragged_edges_are_masked(m, n, ld_pad, seed):
     b.store_global(gd, s, offs)
     flag = b.pointer_param("flag", "f32")
     gf = b.global_view(flag, [1, 1])
-    b.store_global(gf, b.elementwise("lt", low, -999.0, dtype="f32"), [0, 0])
+    b.store_global(gf, b.cast(b.elementwise("lt", low, -999.0), "f32"), [0, 0])
     prog = b.build()
     ld_ = n + ld_pad
     rng = np.random.default_rng(seed)
@@ -216,13 +217,13 @@ def test_view_needs_layouts_and_equal_bits():
     r = b.full(1, "uint8", [32])
     b.loc = here()
     b.view(r, "int4", [64], spatial(32).local(2))
-    with pytest.raises(VMError, match="view needs both layouts") as info:
+    with pytest.raises(VMError, match="both layouts must be given") as info:
         run(b.build(), [])
     assert info.value.loc is not None and info.value.loc.line > 0
     b = Builder("badview2", num_warps=1)
     r = b.full(1, "uint8", [32], layout=spatial(32))
-    b.view(r, "int4", [64], spatial(16).local(4))
-    with pytest.raises(VMError, match="illegal view"):
+    b.view(r, "int4", [64], spatial(16).local(4).replicated(2))  # 16 bits vs 8 a thread
+    with pytest.raises(VMError, match="a view must preserve bits per thread"):
         run(b.build(), [])
 
 
@@ -411,6 +412,42 @@ def test_dot_f32_accumulation(m, n, k, seed, in_dtype):
     assert np.all(np.abs(c_arr.reshape(m, n) - ref) <= bound)
 
 
+def test_dot_accumulates_in_float32_not_float64():
+    """Each row of a @ b + c sums 1, 2^-11 and 2^-30 (signs and positions vary; the 1 is
+    in c on some rows). In float32 the 2^-30 is lost whatever the order (it is under half
+    an ulp of every partial sum that holds the 1), leaving 1 + 2^-11, which f16 rounds to
+    even, 1; the exact sum (float64) rounds up to 1 + 2^-10 instead."""
+    m, k, n = 16, 16, 8
+    rng = np.random.default_rng(11)
+    av = np.zeros((m, k))
+    cv = np.zeros((m, n))
+    for i in range(m):
+        sign = rng.choice([-1.0, 1.0])
+        cols = rng.permutation(k)[:3]
+        av[i, cols] = sign * np.array([1.0, 2.0**-11, 2.0**-30])
+        if i % 2:  # the 1 comes from c, added after the products
+            av[i, cols[0]] = 0.0
+            cv[i] = sign
+    b = Builder("mma32", num_warps=1)
+    pa = b.pointer_param("a", "bf16", readonly=True)
+    pc = b.pointer_param("c", "f16")
+    ga, gc = b.global_view(pa, [m, k]), b.global_view(pc, [m, n])
+    ra = b.load_global(ga, [0, 0], [m, k])
+    rb = b.full(1.0, "bf16", [k, n])
+    rc = b.load_global(gc, [0, 0], [m, n])
+    b.store_global(gc, b.dot(ra, rb, rc), [0, 0])
+    c_arr = cv.astype(np.float16).reshape(-1)
+    run(b.build(), [to_host(av, "bf16"), c_arr])
+    products = av.astype(np.float32)  # b is all ones: every product is a's element
+    sums = np.zeros(m, np.float32)
+    for j in range(k):  # left to right; every order gives the same float32 sum here
+        sums = sums + products[:, j]
+    want = (sums[:, None] + cv.astype(np.float32)).astype(np.float16)
+    exact = (av.sum(axis=1)[:, None] + cv).astype(np.float16)
+    assert not np.any(want == exact)  # the test tells the two accumulations apart
+    np.testing.assert_array_equal(c_arr.reshape(m, n), want)
+
+
 def test_dot_int8_is_exact():
     b = Builder("imma", num_warps=1)
     pa, pb = b.pointer_param("a", "int8"), b.pointer_param("b", "int8")
@@ -559,7 +596,7 @@ def test_unknown_layouts_race_and_replicated_writers():
     b = Builder("replicas", num_warps=1)
     smem = b.alloc_shared("f32", [16])
     b.store_shared(smem, b.full(1.0, "f32", [16], layout=spatial(16).replicated(2)), [0])
-    b.load_shared(smem, [0], [16], layout=spatial(16))
+    b.load_shared(smem, [0], [16], layout=replicated(2).spatial(16))  # thread t: t % 16
     with pytest.raises(VMError, match="shared-memory race on %s.1.: written by thread 2 "):
         run(b.build(), [])
     # each replica may read back what the replicas wrote, without a sync ...
@@ -583,7 +620,7 @@ def test_write_after_read_race():
     b.loc = here()
     b.load_shared(smem, [0], [32], layout=spatial(32))
     b.loc = here()
-    b.store_shared(smem, b.full(2.0, "f32", [32], layout=local(32)), [0])
+    b.store_shared(smem, b.full(2.0, "f32", [32], layout=local(32).replicated(32)), [0])
     with pytest.raises(VMError, match="read by thread 1 at .* and written by thread 0 at"):
         run(b.build(), [])
 
@@ -722,7 +759,7 @@ def test_store_through_readonly_pointer():
     g = b.global_view(x, [4])
     b.loc = here()
     b.store_global(g, b.full(1.0, "f32", [4]), [0])
-    with pytest.raises(VMError, match="readonly") as info:
+    with pytest.raises(VMError, match="store to read-only parameter x") as info:
         run(b.build(), [np.zeros(4, np.float32)])
     assert info.value.loc is not None
     assert "store_global" in str(info.value)
@@ -733,11 +770,11 @@ def test_undefined_register_tensor_and_shape_mismatch():
     with b.if_then(False):
         t = b.full(1.0, "f32", [4])
     b.elementwise("add", t, t)
-    with pytest.raises(VMError, match="used before it is defined"):
+    with pytest.raises(VMError, match="defined in the if body and not visible here"):
         run(b.build(), [])
     b = Builder("badlayout", num_warps=1)
     b.full(1.0, "f32", [4], layout=spatial(8))
-    with pytest.raises(VMError, match="layout of shape"):
+    with pytest.raises(VMError, match="a register layout must have its tensor's shape"):
         run(b.build(), [])
 
 
@@ -876,3 +913,66 @@ def test_shift_amounts_are_unsigned():
         out = np.zeros(4, np.int32)
         run(prog, [x, out])
         assert out.tolist() == want, (op, amount)
+
+
+# ---- the interpreter verifies first, and bounds its work ------------------------------------
+
+def test_interpret_rejects_what_the_verifier_rejects_at_its_line():
+    @tv.kernel(num_warps=1)
+    def huge(out: tv.ptr(tv.f32)):
+        tv.grid(1)
+        tile = tv.zeros([2**40], tv.f32)  # 2^35 registers a thread
+        tv.store_global(tv.global_view(out, [2**40]), tile, [0])
+
+    with pytest.raises(VMError, match="needs 34359738368 32-bit registers per thread") as info:
+        huge.interpret(np.zeros(4, np.float32))
+    assert info.value.loc is not None
+    assert "tile = tv.zeros([2**40], tv.f32)" in str(info.value)  # the line, quoted
+    # `run` verifies too: a comparison's out must be bool, whatever it would compute
+    b = Builder("cmp", num_warps=1)
+    b.loc = here()
+    b.elementwise("lt", b.full(1.0, "f32", [32]), 2.0, dtype="f32")
+    with pytest.raises(VMError, match="a comparison gives bool") as info:
+        run(b.build(), [])
+    assert info.value.loc == b.loc
+
+
+def blocks_and_loop_program():
+    """Grid (n,); each block adds 1 to out[0] `trips` times (trips a scalar parameter)."""
+    b = Builder("work", num_warps=1)
+    out = b.pointer_param("out", "int32")
+    n, trips = b.scalar_param("n"), b.scalar_param("trips")
+    b.set_grid(n)
+    g = b.global_view(out, [1])
+    b.loc = here()
+    with b.for_range(0, trips):
+        b.atomic_add(g, [0], 1)
+    return b.build()
+
+
+def test_grid_and_loop_limits_refuse_up_front(monkeypatch):
+    prog = blocks_and_loop_program()
+    out = np.zeros(1, np.int32)
+    with pytest.raises(VMError, match=r"2147483647 blocks, more than the interpreter runs "
+                                      r"\(65536\); .*max_blocks=N.*TILEVM_INTERP_MAX_BLOCKS"):
+        run(prog, [out, 2**31 - 1, 1])
+    with pytest.raises(VMError, match=r"the loop has 2147483647 trips, more than the "
+                                      r"interpreter runs \(1048576\); .*max_loop_trips=N"
+                                      r".*TILEVM_INTERP_MAX_LOOP_TRIPS") as info:
+        run(prog, [out, 1, 2**31 - 1])
+    assert info.value.loc is not None and info.value.loc.line > 0
+    assert out[0] == 0  # refused before anything ran
+    # at the limit the program runs; the arguments and the environment move the limit
+    run(prog, [out, 3, 4], max_blocks=3, max_loop_trips=4)
+    assert out[0] == 12
+    with pytest.raises(VMError, match=r"more than the interpreter runs \(2\)"):
+        run(prog, [out, 3, 1], max_blocks=2)
+    monkeypatch.setenv("TILEVM_INTERP_MAX_LOOP_TRIPS", "3")
+    with pytest.raises(VMError, match=r"4 trips, more than the interpreter runs \(3\)"):
+        run(prog, [out, 1, 4])
+    monkeypatch.setenv("TILEVM_INTERP_MAX_LOOP_TRIPS", "many")
+    with pytest.raises(ValueError, match="TILEVM_INTERP_MAX_LOOP_TRIPS='many' must be an "
+                                         "integer"):
+        run(prog, [out, 1, 1])
+    with pytest.raises(ValueError, match="max_blocks must be an int >= 1"):
+        run(prog, [out, 1, 1], max_blocks=0, max_loop_trips=1)
