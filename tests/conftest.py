@@ -1,7 +1,9 @@
 """Shared pytest setup: hypothesis profiles and the `gpu` marker.
 
-Hypothesis profiles: `ci` (the default) and `thorough` (ten times the examples);
-choose with `HYPOTHESIS_PROFILE=thorough pytest`.
+Hypothesis profiles: `ci` (the default: derandomized, so every run of the suite draws the
+same examples and a failure in CI is a failure on every machine) and `thorough` (ten
+times the examples, random: new examples each run); choose with
+`HYPOTHESIS_PROFILE=thorough pytest`.
 
 Tests marked `gpu` run only where a CUDA device answers; elsewhere they are
 skipped with the reason, so a CPU-only run never fails or errors on them.
@@ -16,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    "ci", max_examples=100, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

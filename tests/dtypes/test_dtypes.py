@@ -118,6 +118,32 @@ def test_encode_decode_encode_is_identity_on_codes(t):
         assert set(dtypes.encode(values[~numbers], t).tolist()) == {t.nan_code}
 
 
+@pytest.mark.parametrize("t", LOWBIT, ids=str)
+def test_every_midpoint_rounds_to_even(t):
+    """Every exact midpoint between neighbouring values of a low-bit type, and one float64
+    ulp either side: the whole rounding table, not a sample (a ties-away or ties-to-odd
+    encode fails here on every run). The expected neighbour comes from the definition (the
+    nearer one; at a tie the even one: even integer, or even code of a float's magnitude,
+    the sign applied after); exact values' codes are `encode`'s, checked exhaustively by
+    `test_encode_decode_encode_is_identity_on_codes`."""
+    values = sorted({reference_value(c, t) for c in range(t.num_codes)} - {None})
+    if t.is_float:
+        values = [v for v in values if v >= 0]
+    exact = dtypes.encode(np.array([float(v) for v in values]), t).tolist()
+    xs, expected = [], []
+    for (a, ca), b in zip(zip(values, exact), values[1:]):
+        mid = float((a + b) / 2)
+        even = a if (a % 2 == 0 if not t.is_float else ca % 2 == 0) else b
+        xs += [mid, math.nextafter(mid, -math.inf), math.nextafter(mid, math.inf)]
+        expected += [even, a, b]
+    got = dtypes.encode(np.array(xs), t)
+    want = dtypes.encode(np.array([float(v) for v in expected]), t)
+    assert got.tolist() == want.tolist()
+    if t.is_float:  # the same table below zero: the magnitude's code with the sign bit
+        sign = 1 << (t.bits - 1)
+        assert dtypes.encode(-np.array(xs), t).tolist() == (want | sign).tolist()
+
+
 @given(st.data())
 def test_encode_is_nearest_with_ties_to_even(data):
     t = data.draw(st.sampled_from(LOWBIT), label="dtype")
