@@ -38,6 +38,8 @@ class Builder:
         self.num_warps = num_warps
         self.params: list[Pointer | Var] = []
         self.grid: tuple[Expr, ...] = (as_expr(1),)
+        self.grid_loc: SourceLoc | None = None  # where set_grid was called
+        self.producer_loc: SourceLoc | None = None  # where the producer warp was asked for
         self.constants: tuple[tuple[str, str], ...] = ()
         self.producer_warps = 0
         self.producer_registers = 0
@@ -71,6 +73,7 @@ class Builder:
 
     def set_grid(self, *blocks: ExprLike) -> None:
         self.grid = tuple(as_expr(b) for b in blocks)
+        self.grid_loc = self.loc
 
     # ---- statements ---------------------------------------------------------------------
     def append(self, stmt: Stmt) -> None:
@@ -132,7 +135,8 @@ class Builder:
         return Program(self.name, tuple(self.params), self.grid, self.num_warps,
                        Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps,
                        producer_registers=self.producer_registers, cluster=self.cluster,
-                       producer_converts=self.producer_converts)
+                       producer_converts=self.producer_converts, grid_loc=self.grid_loc,
+                       producer_loc=self.producer_loc)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],

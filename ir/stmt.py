@@ -143,6 +143,11 @@ class Program:
     `cluster` (1, 2, 4 or 8: `tv.cluster(n)`): the blocks run in clusters of that many
     consecutive blocks along the grid's first dimension (sm_90), which `copy_async(...,
     multicast=True)` copies share; blocks `n c .. n c + n - 1` form cluster `c`.
+
+    `grid_loc` and `producer_loc`: the user's lines that set the grid (`tv.grid`) and
+    asked for the producer warp (`tv.producer_warp`), where checks of those point (the
+    grid's extents, the interpreter's limit; a program the producer cannot split); not
+    part of what the program means, so programs equal but for them compare equal.
     """
 
     name: str
@@ -156,6 +161,8 @@ class Program:
     producer_registers: int = 0
     cluster: int = 1
     producer_converts: bool = False
+    grid_loc: SourceLoc | None = field(default=None, compare=False)
+    producer_loc: SourceLoc | None = field(default=None, compare=False)
 
     @property
     def num_threads(self) -> int:

@@ -356,14 +356,17 @@ def _check_header(program: Any) -> Context:
             ctx.pointers[p.name] = p
         else:
             ctx.declare_var(p, "param")
-    if not 1 <= len(program.grid) <= 3:
-        fail(f"the grid has {len(program.grid)} dimensions; it must have 1 to 3")
-    ctx.grid_rank = 0  # the grid may not use block_idx
-    for i, g in enumerate(program.grid):
-        check_int_expr(ctx, g, f"grid dimension {i}")
-        value = const_int(g)
-        if value is not None and value < 1:
-            fail(f"grid dimension {i} is {value}; it must be >= 1")
+    try:
+        if not 1 <= len(program.grid) <= 3:
+            fail(f"the grid has {len(program.grid)} dimensions; it must have 1 to 3")
+        ctx.grid_rank = 0  # the grid may not use block_idx
+        for i, g in enumerate(program.grid):
+            check_int_expr(ctx, g, f"grid dimension {i}")
+            value = const_int(g)
+            if value is not None and value < 1:
+                fail(f"grid dimension {i} is {value}; it must be >= 1")
+    except Fail as exc:  # a problem of the grid: at the line that set it
+        raise Fail(exc.message, getattr(program, "grid_loc", None)) from None
     ctx.grid_rank = len(program.grid)
     return ctx
 
@@ -374,7 +377,7 @@ def verify(program: Program) -> None:
     try:
         ctx = _check_header(program)
     except Fail as exc:
-        raise VMError(exc.message) from None
+        raise VMError(exc.message, loc=exc.loc) from None
     except RecursionError:
         raise VMError("kernel: malformed program: nested too deeply") from None
     except Exception as exc:

@@ -62,9 +62,10 @@ G, S, R = MemorySpace.GLOBAL, MemorySpace.SHARED, MemorySpace.REGISTER
 class Fail(Exception):
     """Internal: a broken rule, before the statement's text and location are attached."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, loc: SourceLoc | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.loc = loc  # set where the rule's subject has a line of its own (the grid)
 
 
 def fail(message: str) -> NoReturn:

@@ -90,7 +90,10 @@ from tilevm.vm.logic_rewrite import RewriteLogic
 def ptr(dtype: DataType | str, const: bool = False) -> PointerType:
     """The annotation of a pointer parameter: `x: tv.ptr("f16", const=True)`.
     `const` pointers are only read (the backend may use the read-only cache)."""
-    return PointerType(fv.as_dtype(dtype, "tv.ptr"), readonly=bool(const))
+    try:
+        return PointerType(fv.as_dtype(dtype, "tv.ptr"), readonly=bool(const))
+    except VMError as err:  # evaluated with the kernel's annotations: at the user's line
+        raise fv.at_caller(err) from None
 
 
 # ---- the kernel object -------------------------------------------------------------------
@@ -135,12 +138,14 @@ class Kernel:
 
     def __init__(self, fn: Callable[..., Any], num_warps: int = 4) -> None:
         if not inspect.isfunction(fn):
-            raise VMError(f"@tv.kernel decorates a function, got {fv.describe(fn)}")
+            raise VMError(f"@tv.kernel decorates a function, got {fv.describe(fn)}",
+                          loc=fv.caller_loc())
         self.fn = fn
         self.name: str = fn.__name__
-        self.num_warps = check_warps(num_warps)
         self.source_file: str = inspect.getsourcefile(fn) or fn.__code__.co_filename
+        # the first decorator's line (co_firstlineno), where num_warps is given
         self.def_loc = SourceLoc(self.source_file, fn.__code__.co_firstlineno)
+        self.num_warps = check_warps(num_warps, self.def_loc)
         self.signature = self._read_signature()
         self._cache: dict[Any, Program] = {}
         self._tree: ast.FunctionDef | None = None
@@ -153,7 +158,8 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise VMError(f"a kernel is not called directly: use {self.name}.specialize(**constants) "
                       f"for its IR or {self.name}.interpret(*args, **constants) to run it; "
-                      "inside a kernel, call plain Python helper functions instead")
+                      "inside a kernel, call plain Python helper functions instead",
+                      loc=fv.caller_loc())
 
     # ---- signature -----------------------------------------------------------------------
     def _read_signature(self) -> KernelSignature:
@@ -182,7 +188,7 @@ class Kernel:
             raise VMError(f"kernel {self.name}: parameter {p.name} has no annotation; {hint}",
                           loc=self.def_loc)
         if isinstance(note, str):
-            note = self._eval_annotation(note)
+            note = self._eval_annotation(note, p.name)
         if isinstance(note, str):
             try:
                 note = parse(note)
@@ -193,9 +199,12 @@ class Kernel:
         raise VMError(f"kernel {self.name}: parameter {p.name} is annotated "
                       f"{fv.describe(note)}; {hint}", loc=self.def_loc)
 
-    def _eval_annotation(self, text: str) -> Any:
+    def _eval_annotation(self, text: str, name: str) -> Any:
         try:
             return eval(text, self._globals())  # noqa: S307 - the user's own annotation
+        except VMError as err:  # tv.ptr with a bad dtype, say
+            raise VMError(f"kernel {self.name}: parameter {name}: {err.message}",
+                          loc=self.def_loc) from None
         except Exception:
             return text
 

@@ -18,6 +18,7 @@ when no kernel is being compiled.
 from __future__ import annotations
 
 import numbers
+import os
 import sys
 from typing import Any
 
@@ -45,8 +46,6 @@ class BuildContext:
         self.builder = builder
         self.file = file
         self.codes = codes  # code objects compiled from the kernel's source
-        self.grid_loc: SourceLoc | None = None
-        self.producer_loc: SourceLoc | None = None
 
     def runtime_construct(self) -> str | None:
         """A description of the innermost runtime loop/if being built, or None."""
@@ -65,13 +64,38 @@ class BuildContext:
 
 
 _ACTIVE: list[BuildContext] = []
+# The frontend and the parts below it: a frame in these is never the user's code
+# (kernels/ and examples/ are users of the frontend).
+_LIBRARY = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              part) + os.sep for part in ("dtypes", "layouts", "ir", "vm"))
+
+
+def caller_loc() -> SourceLoc | None:
+    """The innermost line of the user's code on the Python stack (the first frame
+    outside the frontend): where an error found outside a kernel's compilation (a
+    `tv.ptr` annotation, a misused kernel object) points."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not file.startswith(_LIBRARY):
+            return SourceLoc(file, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def at_caller(err: VMError) -> VMError:
+    """`err` pointing at the user's calling line, if it points at none yet."""
+    if err.loc is not None:
+        return err
+    return VMError(err.message, err.instruction, caller_loc())
 
 
 def current(what: str) -> BuildContext:
     """The compilation in progress; `what` names the caller for the error message."""
     if not _ACTIVE:
         raise VMError(f"{what} can only be used inside a @tv.kernel function, while the "
-                      "kernel is compiled (kernel.specialize(...) or kernel.interpret(...))")
+                      "kernel is compiled (kernel.specialize(...) or kernel.interpret(...))",
+                      loc=caller_loc())
     ctx = _ACTIVE[-1]
     ctx.refresh_loc()
     return ctx

@@ -150,7 +150,12 @@ class Interpreter(MemorySemantics, TileSemantics):
             verify(self.program)  # the compiler's first pass: one set of rules for both
             self._verified = True
         self._bind(args)
-        grid = self._grid()
+        try:
+            grid = self._grid()
+        except VMError as exc:  # its extents, its cluster, its size: at the tv.grid line
+            if exc.loc is not None:
+                raise
+            raise VMError(exc.message, exc.instruction, self.program.grid_loc) from None
         for z in range(grid[2]):
             for y in range(grid[1]):
                 for x in range(grid[0]):

@@ -32,6 +32,7 @@ class KernelDefinition(Protocol):
     name: str
     num_warps: int
     source_file: str
+    def_loc: SourceLoc
     codes: set[Any]
     signature: Any  # a vm.frontend.KernelSignature
 
@@ -72,10 +73,11 @@ def make_range(start: Any, stop: Any = None, step: Any = 1, *,
     return RuntimeRange(start, stop, step, unroll)
 
 
-def check_warps(num_warps: Any) -> int:
+def check_warps(num_warps: Any, loc: SourceLoc | None = None) -> int:
+    """`num_warps` as an int, or a `VMError` at `loc` (the kernel's decorator line)."""
     if isinstance(num_warps, bool) or not isinstance(num_warps, numbers.Integral) \
             or not 1 <= num_warps <= 32:
-        raise VMError(f"num_warps must be an int in 1..32, got {num_warps!r}")
+        raise VMError(f"num_warps must be an int in 1..32, got {num_warps!r}", loc=loc)
     return int(num_warps)
 
 
@@ -120,7 +122,7 @@ class KernelCompiler(fv.BuildContext):
 
     def __init__(self, k: KernelDefinition, constants: dict[str, Any]) -> None:
         warps = constants.get("num_warps", k.num_warps)
-        super().__init__(Builder(k.name, check_warps(warps)), k.source_file, k.codes)
+        super().__init__(Builder(k.name, check_warps(warps, k.def_loc)), k.source_file, k.codes)
         self.k = k
         self.constants = constants
         self.globals = k._globals()

@@ -116,8 +116,9 @@ def __getattr__(name: str) -> DataType:
 def grid(*dims: Any) -> None:
     """The number of blocks along x (and y, z): ints or expressions of scalar params."""
     ctx = fv.current("tv.grid")
-    if ctx.grid_loc is not None:
-        raise VMError(f"tv.grid is called twice (first at line {ctx.grid_loc.line})")
+    first = ctx.builder.grid_loc
+    if first is not None:
+        raise VMError(f"tv.grid is called twice (first at line {first.line})")
     where = ctx.runtime_construct()
     if where:
         raise VMError(f"tv.grid cannot be called inside a {where}")
@@ -136,8 +137,7 @@ def grid(*dims: Any) -> None:
             raise VMError(f"grid dimension {i} ({expr}) must be computed from scalar "
                           "parameters and constants only")
         exprs.append(expr)
-    ctx.grid_loc = ctx.builder.loc
-    ctx.builder.set_grid(*exprs)
+    ctx.builder.set_grid(*exprs)  # records the line, for later checks of the grid
 
 
 def producer_warp(registers: int | None = None, converts: bool = False) -> None:
@@ -169,7 +169,8 @@ def producer_warp(registers: int | None = None, converts: bool = False) -> None:
     use, a shared load in what computes it, a stored tile another instruction reads)."""
     ctx = fv.current("tv.producer_warp")
     if ctx.builder.producer_warps:
-        first = f" (first at line {ctx.producer_loc.line})" if ctx.producer_loc else ""
+        first = ctx.builder.producer_loc
+        first = f" (first at line {first.line})" if first else ""
         raise VMError(f"tv.producer_warp is called twice{first}")
     where = ctx.runtime_construct()
     if where:
@@ -192,7 +193,7 @@ def producer_warp(registers: int | None = None, converts: bool = False) -> None:
                                                                    int(registers))
     if problem:
         raise VMError(f"tv.producer_warp: {problem}")
-    ctx.producer_loc = ctx.builder.loc
+    ctx.builder.producer_loc = ctx.builder.loc
     ctx.builder.producer_warps = warps
     ctx.builder.producer_converts = converts
     if registers is not None:

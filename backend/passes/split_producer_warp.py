@@ -96,8 +96,13 @@ WRITES = (ins.StoreShared, ins.StoreGlobal, ins.AtomicAdd, ins.CopyAsync)
 def split_producer_warp(program: Program, context: PassContext = DEFAULT_CONTEXT) -> Program:
     if not program.producer_warps:
         return program
-    _check_copies(program)
-    converted = _converted(program)  # ids: the stores moved, and what computes them
+    try:
+        _check_copies(program)
+        converted = _converted(program)  # ids: the stores moved, and what computes them
+    except VMError as exc:  # a problem of the whole program: at the tv.producer_warp line
+        if exc.loc is not None:
+            raise
+        raise VMError(exc.message, exc.instruction, program.producer_loc) from None
     tainted = _results_of_instructions(program.body)
     producer = _producer_body(program.body, tainted, converted)
     consumers = _without_copy_syncs(_released(program.body, converted))

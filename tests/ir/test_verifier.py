@@ -1453,7 +1453,7 @@ def test_num_warps(num_warps: Any) -> None:
 def test_grid(grid: tuple[Any, ...], fragment: str) -> None:
     t = Base()
     t.b.grid = grid
-    t.expect(fragment, loc=None)
+    t.expect(fragment, loc=SourceLoc("unit.py", 1))  # where set_grid was called
 
 
 def test_duplicate_parameters() -> None:
