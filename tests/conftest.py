@@ -2,8 +2,9 @@
 
 Hypothesis profiles: `ci` (the default: derandomized, so every run of the suite draws the
 same examples and a failure in CI is a failure on every machine) and `thorough` (ten
-times the examples, random: new examples each run); choose with
-`HYPOTHESIS_PROFILE=thorough pytest`.
+times the examples, random: new examples each run), and `fuzz` (the frontend fuzzer's
+long run, tests/vm/test_fuzz_frontend.py: random, 100,000 programs unless FUZZ_EXAMPLES
+says otherwise); choose with `HYPOTHESIS_PROFILE=thorough pytest`.
 
 Tests marked `gpu` run only where a CUDA device answers; elsewhere they are
 skipped with the reason, so a CPU-only run never fails or errors on them.
@@ -22,6 +23,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "fuzz", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -271,7 +271,9 @@ def tile_op(b: ir.IRBuilder, op: str, args: list[ir.Value], dtype: DataType) -> 
         result = b.call(intrinsic(b, "llvm.fma", args[0].type, [args[0].type],
                                   [args[0].type] * 3), args)
     elif len(args) == 2:
-        result = scalar_binary(b, _TILE_BINARY[op], args[0], args[1], compute)
+        # `div` is the interpreter's: true division of floats, floor division of integers.
+        scalar = "//" if op == "div" and not compute.is_float else _TILE_BINARY[op]
+        result = scalar_binary(b, scalar, args[0], args[1], compute)
     else:
         result = _tile_unary(b, op, args[0], compute)
     if widen and op not in ("lt", "le", "eq", "ne", "gt", "ge"):

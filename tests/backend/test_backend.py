@@ -31,7 +31,8 @@ ARCHES = ("sm_80", "sm_90")
 kernels = load_module(KERNELS)
 vector_add = load_module(ROOT / "examples" / "vector_add.py").vector_add
 COMPILED = [(vector_add, {"block": 1024}), (vector_add, {"block": 256}),
-            (kernels.scale_relu, {}), (kernels.tile_add_2d, {}), (kernels.dequant_int8, {})]
+            (kernels.scale_relu, {}), (kernels.tile_add_2d, {}), (kernels.dequant_int8, {}),
+            (kernels.int_floor_div, {})]
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -158,6 +159,22 @@ def test_gpu_scale_relu_matches_interpreter(n):
     x = rng.standard_normal(n).astype(np.float16)
     got, expected = run_both(kernels.scale_relu, [x, np.full(n, np.nan, np.float32), n, 0.75],
                               {})
+    assert np.array_equal(got[1], expected[1])
+
+
+def test_integer_tile_division_floors_in_the_interpreter():
+    """The interpreter's `//` and `%` on integer tiles are Python's (the GPU test below
+    holds the compiled kernel to them)."""
+    x = np.arange(-300, 300, dtype=np.int32)
+    y = np.zeros_like(x)
+    kernels.int_floor_div.interpret(x, y, x.size)
+    assert np.array_equal(y, (x // 3) * 1000 + x % -7)
+
+
+@pytest.mark.gpu
+def test_gpu_integer_tile_division_matches_interpreter():
+    x = np.arange(-300, 300, dtype=np.int32)
+    got, expected = run_both(kernels.int_floor_div, [x, np.zeros_like(x), x.size], {})
     assert np.array_equal(got[1], expected[1])
 
 

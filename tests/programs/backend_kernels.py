@@ -41,3 +41,15 @@ def dequant_int8(q: tv.ptr("int8", const=True), s: tv.ptr("f16", const=True),
     scale = tv.load_global(gs, [tv.block_idx(0)], [1])
     values = tv.cast(tv.load_global(gq, [off], [block]), tv.f16)
     tv.store_global(go, values * scale, [off])
+
+
+@tv.kernel(num_warps=1)
+def int_floor_div(x: tv.ptr("int32", const=True), y: tv.ptr("int32"), n: tv.int32,
+                  *, block: int = 128):
+    """y = (x // 3) * 1000 + x % -7 on int32 tiles: floor division and modulo as Python
+    rounds them (toward minus infinity, the remainder with the divisor's sign)."""
+    tv.grid(tv.cdiv(n, block))
+    gx, gy = tv.global_view(x, [n]), tv.global_view(y, [n])
+    off = tv.block_idx(0) * block
+    t = tv.load_global(gx, [off], [block])
+    tv.store_global(gy, (t // 3) * 1000 + t % -7, [off])
