@@ -118,6 +118,9 @@ def _check_arch(program: Program, arch: str) -> None:
                          if largest is not None else ""),
                       None if site is None else format_instruction(site),
                       None if site is None else site.loc)
+    if program.cluster > 1 and target.target(arch).sm < 90:
+        raise VMError(f"tv.cluster({program.cluster}) runs blocks in clusters, which need "
+                      f"sm_90 or newer; compiling for {arch}", None, program.cluster_loc)
     for inst in instructions(program.body):
         if inst.lowering is not None and inst.lowering.name == "wgmma" and arch != "sm_90a":
             raise VMError(f"dot with a shared b lowers to wgmma (Hopper's warpgroup MMA), "

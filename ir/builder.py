@@ -40,6 +40,7 @@ class Builder:
         self.grid: tuple[Expr, ...] = (as_expr(1),)
         self.grid_loc: SourceLoc | None = None  # where set_grid was called
         self.producer_loc: SourceLoc | None = None  # where the producer warp was asked for
+        self.cluster_loc: SourceLoc | None = None  # where the cluster size was set
         self.constants: tuple[tuple[str, str], ...] = ()
         self.producer_warps = 0
         self.producer_registers = 0
@@ -136,7 +137,7 @@ class Builder:
                        Seq(body=tuple(self._blocks[0])), self.constants, self.producer_warps,
                        producer_registers=self.producer_registers, cluster=self.cluster,
                        producer_converts=self.producer_converts, grid_loc=self.grid_loc,
-                       producer_loc=self.producer_loc)
+                       producer_loc=self.producer_loc, cluster_loc=self.cluster_loc)
 
     # ---- tensors --------------------------------------------------------------------------
     def tensor(self, space: MemorySpace, dtype: DataType | str, shape: Sequence[ExprLike],

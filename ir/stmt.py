@@ -144,9 +144,10 @@ class Program:
     consecutive blocks along the grid's first dimension (sm_90), which `copy_async(...,
     multicast=True)` copies share; blocks `n c .. n c + n - 1` form cluster `c`.
 
-    `grid_loc` and `producer_loc`: the user's lines that set the grid (`tv.grid`) and
-    asked for the producer warp (`tv.producer_warp`), where checks of those point (the
-    grid's extents, the interpreter's limit; a program the producer cannot split); not
+    `grid_loc`, `producer_loc` and `cluster_loc`: the user's lines that set the grid
+    (`tv.grid`), asked for the producer warp (`tv.producer_warp`) and set the cluster size
+    (`tv.cluster`), where checks of those point (the grid's extents, the interpreter's
+    limit; a program the producer cannot split; clusters on an arch without them); not
     part of what the program means, so programs equal but for them compare equal.
     """
 
@@ -163,6 +164,7 @@ class Program:
     producer_converts: bool = False
     grid_loc: SourceLoc | None = field(default=None, compare=False)
     producer_loc: SourceLoc | None = field(default=None, compare=False)
+    cluster_loc: SourceLoc | None = field(default=None, compare=False)
 
     @property
     def num_threads(self) -> int:

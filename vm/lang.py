@@ -217,6 +217,7 @@ def cluster(blocks: int) -> None:
             or blocks not in CLUSTER_SIZES[1:]:
         raise VMError(f"tv.cluster takes 2, 4 or 8 blocks, got {fv.describe(blocks)}")
     ctx.builder.cluster = int(blocks)
+    ctx.builder.cluster_loc = ctx.builder.loc
 
 
 def _reads_block_idx(expr: Any) -> bool:

@@ -16,6 +16,7 @@ from tilevm.backend.analysis.signature import signature_from_program
 from tilevm.backend.analysis.tma import multicast_refill_bound, tensor_maps, tma_ring
 from tilevm.backend.cuda.errors import ArgumentValueError
 from tilevm.backend.cuda.validate import grid_for
+from tilevm.backend.pipeline import compile_program
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
@@ -97,6 +98,27 @@ def test_clusters_and_multicast_are_checked_at_the_call(case, message, line):
     with pytest.raises(VMError, match=message) as err:
         misuse.specialize(case=case)
     assert line in str(err.value)
+
+
+@tv.kernel(num_warps=1)
+def clustered_copy(x: tv.ptr(tv.f32, const=True), y: tv.ptr(tv.f32), *, blocks: int = 2):
+    """y = x, 32 elements a block, the blocks in clusters (nothing shared)."""
+    tv.cluster(blocks)
+    tv.grid(blocks)
+    off = tv.block_idx(0) * 32
+    gx, gy = tv.global_view(x, [32 * blocks]), tv.global_view(y, [32 * blocks])
+    tv.store_global(gy, tv.load_global(gx, [off], [32]), [off])
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_clusters_need_sm_90_at_the_cluster_line(arch):
+    with pytest.raises(VMError, match=f"need sm_90 or newer; compiling for {arch}") as err:
+        compile_program(clustered_copy.specialize(), arch)
+    assert err.value.loc is not None and "tv.cluster(blocks)" in str(err.value)
+
+
+def test_clusters_compile_for_sm_90():
+    assert ".reqnctapercluster 2" in compile_program(clustered_copy.specialize(), "sm_90").ptx
 
 
 def test_the_verifier_checks_the_cluster_and_multicast_copies():
