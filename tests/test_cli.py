@@ -59,6 +59,16 @@ def test_vmc_help_and_version():
     assert run_vmc("--version").stdout.startswith("vmc (tilevm)")
 
 
+def test_python_m_tilevm_is_vmc():
+    """`python -m tilevm ARGS` runs `vmc ARGS`: same output, same exit status."""
+    run = subprocess.run([sys.executable, "-m", "tilevm", "dtypes", "int3"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout == run_vmc("dtypes", "int3").stdout
+    bad = subprocess.run([sys.executable, "-m", "tilevm", "dtypes", "int9"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "int9" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def doc_tables() -> dict[str, str]:
     text = DOCS.read_text()
     return dict(re.findall(r"^### (\S+)\n\n```\n(.*?)\n```", text, flags=re.S | re.M))
