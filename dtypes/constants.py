@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 import numbers
 
-import numpy as np
-
 from tilevm.dtypes.codec import decode, encode
 from tilevm.dtypes.datatype import DataType, DTypeError, parse
 
@@ -65,7 +63,4 @@ def _rounded_float(value: numbers.Real, dtype: DataType) -> float:
         if not dtype.has_nan:
             raise DTypeError(f"is NaN, and {dtype} has no NaN")
         return math.nan
-    if dtype.bits == 32:  # the C cast double -> float: RNE with IEEE overflow, as encode
-        with np.errstate(over="ignore"):
-            return float(np.float32(x))
     return float(decode(encode(x, dtype), dtype))

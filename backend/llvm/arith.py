@@ -37,9 +37,7 @@ def convert_value(b: ir.IRBuilder, value: ir.Value, src: DataType, dst: DataType
             return b.fpext(value, dst_ty)
         return b.fptrunc(value, dst_ty)
     if src.is_float:  # float -> integer: round to nearest even, then saturate
-        rint = b.call(intrinsic(b, "llvm.rint", value.type, [value.type]), [value])
-        name = "llvm.fptosi.sat" if dst.kind is not Kind.UNSIGNED else "llvm.fptoui.sat"
-        return b.call(intrinsic(b, name, dst_ty, [rint.type]), [rint])
+        return casts.round_to_integer(b, value, dst_ty, dst.kind is not Kind.UNSIGNED)
     if dst.is_float:
         return b.sitofp(value, dst_ty) if src.is_signed else b.uitofp(value, dst_ty)
     if dst.bits == src.bits or isinstance(dst_ty, ir.IntType) and dst_ty.width == value.type.width:

@@ -35,7 +35,8 @@ from tilevm.backend.llvm.types import I32, I64, intrinsic, llvm_type
 from tilevm.dtypes import DataType, parse
 from tilevm.dtypes.conversion import encode_rule
 
-__all__ = ["emit_cast", "emit_encode", "emit_exact_f32", "has_direct_rule"]
+__all__ = ["emit_cast", "emit_encode", "emit_exact_f32", "has_direct_rule",
+           "round_to_integer"]
 
 _F32 = ir.FloatType()
 _F32_EXACT_INT_BITS = 24  # every integer of magnitude < 2^24 is an f32
@@ -129,14 +130,19 @@ def emit_encode(b: ir.IRBuilder, x: ir.Value, dst: DataType) -> ir.Value:
     return b.trunc(code, llvm_type(dst))
 
 
+def round_to_integer(b: ir.IRBuilder, x: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
+    """A float register rounded to nearest even (`llvm.rint`), then saturated to the range
+    of the integer register `ty` (`fptosi.sat` / `fptoui.sat`)."""
+    rint = b.call(intrinsic(b, "llvm.rint", x.type, [x.type]), [x])
+    name = "llvm.fptosi.sat" if signed else "llvm.fptoui.sat"
+    return b.call(intrinsic(b, name, ty, [rint.type]), [rint])
+
+
 def _f32_to_integer(b: ir.IRBuilder, x: ir.Value, dst: DataType) -> ir.Value:
     """Round to nearest even, then saturate to dst's range."""
-    rint = b.call(intrinsic(b, "llvm.rint", _F32, [_F32]), [x])
     dst_ty = llvm_type(dst)
     whole = dst_ty.width == dst.bits  # the register's range is the type's
-    ty = dst_ty if whole else I32
-    name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
-    value = b.call(intrinsic(b, name, ty, [_F32]), [rint])
+    value = round_to_integer(b, x, dst_ty if whole else I32, dst.is_signed)
     if whole:
         return value
     return _clamp_integer(b, b.sext(value, I64) if dst.is_signed else b.zext(value, I64),
