@@ -15,12 +15,16 @@ from kernel_harness import (
     vmc,
 )
 
+import tilevm as tv
+from tilevm.backend.llvm.context import _broadcast_map
 from tilevm.backend.passes.infer_layouts import default_layout
 from tilevm.backend.pipeline import PASS_NAMES, run_passes
 from tilevm.dtypes import parse
 from tilevm.ir.errors import VMError
 from tilevm.ir.transform import instructions
 from tilevm.ir.types import MemorySpace
+from tilevm.layouts import local, replicated, spatial
+from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 
 KERNELS = PROGRAMS / "backend_kernels.py"
 ARCHES = ("sm_80", "sm_90")
@@ -201,8 +205,6 @@ def test_gpu_dequant_int8_matches_interpreter(n):
 @pytest.mark.gpu
 def test_tv_compile_runs_with_torch_tensors():
     torch = pytest.importorskip("torch")
-    import tilevm as tv
-
     n = 5000
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.full((n,), float("nan"), device="cuda")
@@ -234,9 +236,6 @@ def test_broadcast_maps_agree_with_the_layouts_owners():
     """The codegen's vectorized operand-to-result map (`_broadcast_map`) against its
     definition, element by element: a kernel's scales broadcast along K (the map), a
     tile the result's threads do not hold, and one held at different indices per thread."""
-    from tilevm.backend.llvm.context import _broadcast_map
-    from tilevm.layouts import local, replicated, spatial
-    from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 
     a = spatial(4, 1) * local(2, 4) * mma_m16n8k16_a()
     c = spatial(2, 2) * local(2, 4) * mma_m16n8k16_c()

@@ -11,15 +11,19 @@ from kernel_harness import PROGRAMS, ROOT, load_module
 
 import tilevm as tv
 from tilevm.backend.analysis.divisibility import ProgramPoint
+from tilevm.backend.analysis.vectors import copy_chunk
 from tilevm.backend.llvm import codegen
+from tilevm.backend.passes.lower_bit_packing import view_form
+from tilevm.backend.passes.select_instructions import select_instructions
 from tilevm.backend.pipeline import PASS_NAMES, PASSES, compile_program, run_passes
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Binary, Const, Var
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
-from tilevm.ir.transform import instructions
+from tilevm.ir.transform import instructions, map_instructions
 from tilevm.ir.types import MemorySpace, Pointer, PointerType, Tensor, TensorType
+from tilevm.kernels.qmm import qmm_kernel
 from tilevm.layouts import local
 from tilevm.layouts.shared_layout import SharedLayout, row_major, swizzled
 from tilevm.layouts.swizzle import Swizzle
@@ -131,7 +135,6 @@ def test_a_view_between_packed_tiles_is_the_same_registers():
 
 
 def test_view_forms():
-    from tilevm.backend.passes.lower_bit_packing import view_form
     p = tv.dtypes.parse
     assert view_form(p("uint8"), p("int4")) == "free"
     assert view_form(p("f16"), p("uint8")) == "pack"
@@ -264,7 +267,6 @@ COLS = swizzled((64, 64), "f16").permute((1, 0))  # dim 0 contiguous, 16-byte sw
 ])
 def test_copy_chunk_picks_the_dimension_contiguous_in_both_memories(
         layout, strides, offsets, divisors, expected):
-    from tilevm.backend.analysis.vectors import copy_chunk
 
     offs = tuple(Const(o, INT32) if isinstance(o, int) else Var(o, INT32) for o in offsets)
     assert copy_chunk(ProgramPoint(divisors=divisors), layout, _view(*strides), offs) == expected
@@ -289,8 +291,6 @@ def test_a_dot_on_unsupported_inputs_fails_at_its_line():
     dot = next(i for i in instructions(program.body) if isinstance(i, ins.Dot))
     f32 = tv.dtypes.parse("f32")
     a = replace(dot.a, type=replace(dot.a.type, dtype=f32))
-    from tilevm.backend.passes.select_instructions import select_instructions
-    from tilevm.ir.transform import map_instructions
     broken = map_instructions(program, lambda i: replace(i, a=a, lowering=None)
                               if isinstance(i, ins.Dot) else i)
     with pytest.raises(VMError, match="dot on f32 inputs") as info:
@@ -301,7 +301,6 @@ def test_a_dot_on_unsupported_inputs_fails_at_its_line():
 def test_a_copy_of_a_packed_tile_is_its_words():
     """The frontend copies a tile a loop rebinds (`packed = ahead; ahead = load(...)`): a
     cast to the same type and layout, which moves no bits."""
-    from tilevm.kernels.qmm import qmm_kernel
 
     program = run_passes(qmm_kernel("f16").specialize(wdtype=tv.int4, group_size=128))
     casts = [i for i in instructions(program.body) if isinstance(i, ins.Cast)]

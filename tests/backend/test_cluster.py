@@ -14,8 +14,10 @@ from kernel_harness import compile_once
 
 from tilevm.backend.analysis.signature import signature_from_program
 from tilevm.backend.analysis.tma import multicast_refill_bound, tensor_maps, tma_ring
+from tilevm.backend.cuda import driver
 from tilevm.backend.cuda.errors import ArgumentValueError
 from tilevm.backend.cuda.validate import grid_for
+from tilevm.backend.launch import launch_program
 from tilevm.backend.pipeline import compile_program
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import VMError
@@ -222,8 +224,6 @@ def test_the_launch_refuses_a_grid_that_is_not_whole_clusters():
 
 @pytest.mark.gpu
 def test_gpu_clusters_share_x_and_match_float64():
-    from tilevm.backend.cuda import driver
-    from tilevm.backend.launch import launch_program
 
     if driver.device_arch() != "sm_90":
         pytest.skip("clusters and TMA multicast need an sm_90 GPU")

@@ -11,6 +11,8 @@ import pytest
 from kernel_harness import compile_once
 
 from tilevm.backend import pipeline
+from tilevm.backend.cuda import driver
+from tilevm.backend.launch import launch_program
 from tilevm.backend.passes.context import PassContext
 from tilevm.backend.passes.split_producer_warp import accesses, split_producer_warp
 from tilevm.ir import instructions as ins
@@ -18,6 +20,7 @@ from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
+from tilevm.ir.verifier import verify
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.vm import lang as tv
 
@@ -137,7 +140,6 @@ def test_producer_registers_are_checked_at_the_call(num_warps, registers, messag
 
 
 def test_the_verifier_checks_producer_registers():
-    from tilevm.ir.verifier import verify
 
     program = run_until_split(row_sums.specialize(registers=40))
     program = replace(program, producer=None)
@@ -257,7 +259,6 @@ def test_what_a_sync_may_order():
 
 
 def _on_hopper() -> None:
-    from tilevm.backend.cuda import driver
 
     if driver.device_arch() != "sm_90":
         pytest.skip("TMA copies and wgmma need an sm_90 GPU")
@@ -265,7 +266,6 @@ def _on_hopper() -> None:
 
 @pytest.mark.gpu
 def test_gpu_producer_warp_matches_the_interpreter_and_float64():
-    from tilevm.backend.launch import launch_program
 
     _on_hopper()
     rng = np.random.default_rng(2)

@@ -15,7 +15,14 @@ from kernel_harness import PROGRAMS, load_module
 
 from tilevm.backend.analysis.signature import Signature, TensorMapSpec, signature_from_program
 from tilevm.backend.analysis.tma import tensor_maps, tma_ring_bound
+from tilevm.backend.cuda import driver
+from tilevm.backend.cuda import kernel as kernel_module
+from tilevm.backend.cuda import tensor_maps as encoding
+from tilevm.backend.cuda.buffers import BufferInfo
+from tilevm.backend.cuda.validate import BoundPointer, BoundScalar
+from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.pipeline import compile_program, run_passes
+from tilevm.backend.ptxas import check_ptx
 from tilevm.ir import instructions as ins
 from tilevm.ir.transform import instructions
 
@@ -71,7 +78,6 @@ def test_a_64_byte_row_takes_the_64_byte_swizzle():
 
 @pytest.mark.parametrize("stages", [2, 3])
 def test_the_ptx_has_map_parameters_a_barrier_ring_and_bulk_tensor_copies(stages):
-    from tilevm.backend.ptxas import check_ptx
 
     program = KERNELS.staged_copy.specialize(stages=stages)
     compiled = compile_program(program, "sm_90a")
@@ -137,10 +143,6 @@ class _FakeDriver:
 def test_an_empty_view_is_encoded_as_one_zero_element(monkeypatch, K):
     """The map of an empty view (no copy reads it: every box is zero fill) points at one
     element of a zeroed buffer, allocated once; a non-empty view maps its own memory."""
-    from tilevm.backend.cuda import driver
-    from tilevm.backend.cuda import tensor_maps as encoding
-    from tilevm.backend.cuda.buffers import BufferInfo
-    from tilevm.backend.cuda.validate import BoundPointer, BoundScalar
 
     fake = _FakeDriver()
     monkeypatch.setattr(driver, "bindings", lambda: fake)
@@ -183,7 +185,6 @@ def test_the_test_kernel_copies_in_the_interpreter(per_block):
 def test_tma_copies_match_the_interpreter(M, N, stages, bn):
     from kernel_harness import run_both
 
-    from tilevm.backend.cuda import driver
 
     if driver.device_arch() != "sm_90":
         pytest.skip("TMA needs sm_90a (Hopper)")
@@ -200,9 +201,6 @@ def test_the_fast_path_launches_with_the_encoded_maps(monkeypatch):
     """A launch with the arguments of an earlier one takes `_TorchFastPath`, which reuses
     the maps the general path encoded; new buffers are encoded anew (general path)."""
     torch = pytest.importorskip("torch")
-    from tilevm.backend.cuda import driver
-    from tilevm.backend.cuda import kernel as kernel_module
-    from tilevm.backend.launch import compiled_kernel
 
     if not torch.cuda.is_available() or driver.device_arch() != "sm_90":
         pytest.skip("TMA needs sm_90a (Hopper) and PyTorch on CUDA")

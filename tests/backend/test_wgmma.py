@@ -13,6 +13,8 @@ import pytest
 from kernel_harness import PROGRAMS, compile_once, load_module
 
 from tilevm.backend.analysis.wgmma_waits import analyze
+from tilevm.backend.cuda import driver
+from tilevm.backend.launch import launch_program
 from tilevm.backend.pipeline import run_passes, shared_plan
 from tilevm.backend.ptxas import check_ptx
 from tilevm.ir import instructions as ins
@@ -20,6 +22,8 @@ from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
+from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
+from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
 from tilevm.layouts.shared_layout import row_major, swizzled
 from tilevm.vm import lang as tv
 
@@ -264,7 +268,6 @@ def test_a_zero_accumulator_is_a_scale_d_flag_not_registers():
     ptx = compile_once(k.shared_b_matmul.specialize(bm=128), "sm_90a").ptx
     assert "0f00000000" not in ptx[:ptx.index("wgmma.fence")]  # no zeros before the loop
     assert "C7515" not in check_ptx(ptx, "sm_90a").log
-    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 
     qmm = qmm_wgmma_kernel("f16").specialize(wdtype=tv.int4, group_size=128, bm=128,
                                              stages=2)
@@ -278,7 +281,6 @@ def test_the_quantized_kernel_converts_a_k_tile_while_the_previous_one_multiplie
     wait 0 in the loop), and ptxas keeps them asynchronous (no C7513/C7515: it does not
     serialize the wgmmas, which it does where registers of a group in flight are
     redefined; two groups' A registers fit beside 128 accumulators)."""
-    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 
     qmm = qmm_wgmma_kernel("f16").specialize(wdtype=getattr(tv, wdtype), group_size=128,
                                              bm=128, stages=4, lead=2)
@@ -296,8 +298,6 @@ def test_half_atoms_feed_the_tensor_cores_from_the_conversions_registers(wdtype)
     warpgroup's 64 columns are one m64n256 wgmma whose A operand is registers (the
     converted weights; no shared tile of weights), 4 a k-tile in a loop of 4 k-tiles, kept
     asynchronous by ptxas (no C7513/C7515), without spills."""
-    from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
-    from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
 
     s = wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True)
     qmm = qmm_wgmma_kernel("f16").specialize(wdtype=getattr(tv, wdtype), group_size=128,
@@ -352,8 +352,6 @@ def test_gpu_matches_numpy(name, kw):
     """Ragged M, N and K against numpy; in the ring kernel wgmma groups left in flight
     across a barrier (`wait_group 1` or `2`) read their tiles before the copies refill
     them."""
-    from tilevm.backend.cuda import driver
-    from tilevm.backend.launch import launch_program
 
     if driver.device_arch() != "sm_90":
         pytest.skip("wgmma runs on sm_90 GPUs only")

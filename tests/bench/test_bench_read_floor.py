@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilevm.backend.launch import compiled_kernel
 from tilevm.bench import read_floor
 from tilevm.bench.read_floor import expected_xor, stream_read
+from tilevm.bench.timing import Timer
 
 STEP = read_floor.THREADS * read_floor.WORDS
 
@@ -47,8 +49,6 @@ def test_chunks_that_do_not_hold_whole_unrolled_steps_are_refused():
 def test_on_the_gpu_it_matches_numpy_and_the_floor_is_timed():
     import torch
 
-    from tilevm.backend.launch import compiled_kernel
-    from tilevm.bench.timing import Timer
 
     chunk, unroll = read_floor.CONFIGS[0]
     n = 5 * chunk - 3
