@@ -217,19 +217,36 @@ def scalar_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
 
 def _floor_div_mod(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value,
                    dtype: DataType) -> ir.Value:
+    """Python's `//`, `%` and ceiling division on integers, wrapped to `dtype` as the
+    interpreter wraps them (the quotient lo // -1 is lo). LLVM leaves a zero divisor and
+    lo / -1 undefined (x86 traps on both), so a divisor that is not a constant is
+    replaced by 1 where it is 0 or -1: y = 0 then gives some value (the interpreter
+    rejects it; docs/language.md), never undefined behaviour, and -1 is handled apart."""
     zero = ir.Constant(x.type, 0)
     if not dtype.is_signed:
+        if not isinstance(y, ir.Constant):
+            y = b.select(b.icmp_unsigned("==", y, zero), ir.Constant(x.type, 1), y)
         if op == "cdiv":  # the quotient, plus one where it left a remainder
             rest = b.icmp_unsigned("!=", b.urem(x, y), zero)
             return b.add(b.udiv(x, y), b.zext(rest, x.type))
         return b.udiv(x, y) if op == "//" else b.urem(x, y)
-    if op == "cdiv":  # ceil(x / y) = -floor(-x / y)
-        return b.neg(_floor_div_mod(b, "//", b.neg(x), y, dtype))
+    minus_one = None
+    if not isinstance(y, ir.Constant):
+        minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
+        unsafe = b.or_(minus_one, b.icmp_signed("==", y, zero))
+        y = b.select(unsafe, ir.Constant(x.type, 1), y)
     q, r = b.sdiv(x, y), b.srem(x, y)
-    # C truncates; Python floors: adjust when the remainder's sign differs from y's.
-    adjust = b.and_(b.icmp_signed("!=", r, zero),
-                    b.icmp_signed("!=", b.icmp_signed("<", r, zero),
-                                  b.icmp_signed("<", y, zero)))
+    if minus_one is not None:  # x // -1 = -x (wrapping at lo), x % -1 = 0
+        q = b.select(minus_one, b.neg(x), q)
+    # C truncates toward zero; Python floors and ceils. Where the remainder is not zero,
+    # the floor is one below the truncated quotient when the operands' signs differ (the
+    # remainder's sign differs from y's), and the ceiling is one above when they agree.
+    inexact = b.icmp_signed("!=", r, zero)
+    signs_differ = b.icmp_signed("!=", b.icmp_signed("<", r, zero),
+                                 b.icmp_signed("<", y, zero))
+    if op == "cdiv":
+        return b.add(q, b.zext(b.and_(inexact, b.not_(signs_differ)), x.type))
+    adjust = b.and_(inexact, signs_differ)
     if op == "//":
         return b.sub(q, b.zext(adjust, x.type))
     return b.select(adjust, b.add(r, y), r)
