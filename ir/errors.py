@@ -16,6 +16,12 @@ class SourceLoc:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
 
+    @classmethod
+    def parse(cls, text: str) -> SourceLoc | None:
+        """The location `str()` wrote ("file:line"); None for "" or any other text."""
+        file, _, line = text.rpartition(":")
+        return cls(file, int(line)) if file and line.isdigit() else None
+
 
 class VMError(Exception):
     """A program breaks a rule of the VM.

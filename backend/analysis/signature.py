@@ -138,6 +138,7 @@ class Signature:
     assumptions: tuple[AssumeSpec, ...] = ()
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     cluster: int = 1  # blocks per cluster along the grid's first dimension
+    grid_where: str = ""  # the user's `tv.grid` line ("" if unknown), for launch errors
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -161,7 +162,7 @@ class Signature:
                                  "where": a.where} for a in self.assumptions],
                 "tensor_maps": [{"view": m.view, "dims": list(m.dims), "box": list(m.box),
                                  "swizzle": m.swizzle} for m in self.tensor_maps],
-                "cluster": self.cluster}
+                "cluster": self.cluster, "grid_where": self.grid_where}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
@@ -182,7 +183,7 @@ class Signature:
                      for m in d.get("tensor_maps", ()))
         return cls(str(d.get("name", "kernel")), params, views,
                    tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)),
-                   assumptions, maps, int(d.get("cluster", 1)))
+                   assumptions, maps, int(d.get("cluster", 1)), str(d.get("grid_where", "")))
 
 
 def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signature:
@@ -243,7 +244,8 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
                 assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
                                               str(stmt.loc) if stmt.loc else ""))
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
-                     program.block_threads, tuple(assumptions), cluster=program.cluster)
+                     program.block_threads, tuple(assumptions), cluster=program.cluster,
+                     grid_where=str(program.grid_loc) if program.grid_loc else "")
 
 
 def _strip_parens(text: str) -> str:

@@ -29,6 +29,7 @@ from tilevm.backend.cuda.params import LaunchParams, pack_bound, pack_raw, scala
 from tilevm.backend.cuda.streams import resolve_stream
 from tilevm.backend.cuda.tensor_maps import encode_tensor_maps
 from tilevm.backend.cuda.validate import (
+    MAX_GRID,
     BoundPointer,
     BoundScalar,
     accepted_codes,
@@ -51,9 +52,6 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     if any(d < 0 for d in dims):
         raise ArgumentValueError(f"{what} {tuple(dims)} has a negative dimension")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
-
-
-_MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 class _TorchFastPath:
@@ -308,7 +306,7 @@ class Kernel:
                        pointers: Sequence[BoundPointer], stream: Any) -> None:
         grid3 = _dim3(grid, "grid")
         block3 = _dim3(block, "block")
-        for axis, (n, most) in enumerate(zip(grid3, _MAX_GRID)):
+        for axis, (n, most) in enumerate(zip(grid3, MAX_GRID)):
             if n > most:
                 raise ArgumentValueError(f"grid dimension {axis} is {n}, more than {most}")
         threads = math.prod(block3)

@@ -38,7 +38,7 @@ from tilevm.backend.analysis.signature import ParamSpec, Signature
 from tilevm.backend.cuda.buffers import CODE_NAMES, BufferInfo, describe_buffer, is_torch_tensor
 from tilevm.backend.cuda.errors import ArgumentTypeError, ArgumentValueError
 from tilevm.dtypes import DataType
-from tilevm.ir.errors import VMError
+from tilevm.ir.errors import SourceLoc, VMError
 from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import Expr, Var, free_vars
 from tilevm.ir.stmt import cluster_grid_problem
@@ -145,9 +145,9 @@ def _check_assumptions(sig: Signature, bound: Sequence[BoundPointer | BoundScala
         if not holds:
             names = sorted({v.name for v in free_vars(a.cond)})
             values = ", ".join(f"{n} = {env[n]}" for n in names if n in env)
-            where = f" ({a.where})" if a.where else ""
-            raise ArgumentValueError(f"kernel {sig.name} assumes {a.text}{where}, but "
-                                     f"{values or 'it does not hold for these arguments'}")
+            raise ArgumentValueError(f"kernel {sig.name} assumes {a.text}, but "
+                                     f"{values or 'it does not hold for these arguments'}",
+                                     loc=SourceLoc.parse(a.where))
 
 
 def _bind_pointer(i: int, p: ParamSpec, a: Any, sig: Signature) -> BoundPointer:
@@ -259,6 +259,10 @@ def _check_sizes(sig: Signature, bound: Sequence[BoundPointer | BoundScalar]) ->
                 f"{view.dtype} elements)")
 
 
+# The most blocks a launch may have along each grid dimension (CUDA's limits, sm_80 on).
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
 def grid_for(signature: Signature, args: Sequence[Any]) -> tuple[int, int, int]:
     """The launch grid for these arguments (validated first)."""
     return grid_of(signature, validate_args(signature, args))
@@ -266,9 +270,11 @@ def grid_for(signature: Signature, args: Sequence[Any]) -> tuple[int, int, int]:
 
 def grid_of(signature: Signature, bound: Sequence[BoundPointer | BoundScalar]
             ) -> tuple[int, int, int]:
-    """The launch grid for validated arguments (`validate_args`)."""
+    """The launch grid for validated arguments (`validate_args`); an error points at the
+    program's `tv.grid` line."""
     if not signature.grid:
         raise VMError(f"kernel {signature.name}: the signature has no grid; pass one")
+    loc = SourceLoc.parse(signature.grid_where)
     env = {p.name: b.value for p, b in zip(signature.params, bound)
            if isinstance(b, BoundScalar)}
     dims = []
@@ -277,14 +283,15 @@ def grid_of(signature: Signature, bound: Sequence[BoundPointer | BoundScalar]
             n = scalar_value(e, env)
         except UnknownValue as exc:
             raise VMError(f"kernel {signature.name}: grid dimension {axis} ({e}) cannot be "
-                          f"computed from the arguments ({exc})") from None
-        if n < 0:
+                          f"computed from the arguments ({exc})", loc=loc) from None
+        if not 0 <= n <= MAX_GRID[axis]:
             raise ArgumentValueError(f"kernel {signature.name}: grid dimension {axis} ({e}) "
-                                     f"is {n} for these arguments")
+                                     f"is {n} for these arguments (0 to {MAX_GRID[axis]})",
+                                     loc=loc)
         dims.append(n)
     problem = cluster_grid_problem(signature.cluster, signature.grid[0], dims[0])
     if problem:
-        raise ArgumentValueError(f"kernel {signature.name} {problem}")
+        raise ArgumentValueError(f"kernel {signature.name} {problem}", loc=loc)
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 

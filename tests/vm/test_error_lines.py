@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tilevm.backend.analysis.signature import Signature, signature_from_program
+from tilevm.backend.cuda.validate import grid_for
 from tilevm.backend.passes.split_producer_warp import split_producer_warp
 from tilevm.ir.errors import VMError
 from tilevm.vm import interpreter
@@ -109,6 +111,33 @@ def test_grid_checks_of_the_interpreter_are_at_tv_grid(tmp_path: Path) -> None:
     assert err.value.loc is not None and err.value.loc.line == 6  # tv.grid(n)
     assert err.value.message.startswith(
         "kernel k: the grid (5,) has 5 blocks, more than the interpreter runs (4)")
+
+
+def test_grid_checks_of_a_compiled_launch_are_at_tv_grid(tmp_path: Path) -> None:
+    """The launch path (`grid_for`, before anything reaches the GPU) points at tv.grid
+    as the interpreter does, also after the signature went through the disk cache."""
+    m = load(tmp_path, """
+        @tv.kernel
+        def k(n: tv.int32):
+            x = n + 1
+            tv.grid(n, 2)
+        """)
+    signature = signature_from_program(m.k.specialize())
+    for sig in (signature, Signature.from_json(signature.to_json())):
+        assert grid_for(sig, [5]) == (5, 2, 1)
+        with pytest.raises(VMError) as err:
+            grid_for(sig, [-3])
+        raised_at(err, "tv.grid(n, 2)", "kernel k: grid dimension 0 (n) is -3 for these "
+                                         "arguments (0 to 2147483647)")
+    m = load(tmp_path, """
+        @tv.kernel
+        def k(n: tv.int32):
+            tv.grid(1, n)
+        """)
+    with pytest.raises(VMError) as err:
+        grid_for(signature_from_program(m.k.specialize()), [70_000])
+    raised_at(err, "tv.grid(1, n)", "kernel k: grid dimension 1 (n) is 70000 for these "
+                                     "arguments (0 to 65535)")
 
 
 def test_cluster_grid_mismatch_is_at_tv_grid(tmp_path: Path) -> None:
