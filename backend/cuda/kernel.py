@@ -14,27 +14,23 @@ from __future__ import annotations
 
 import ctypes
 import math
-import struct
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from tilevm.backend.analysis.signature import Signature
 from tilevm.backend.cuda import driver
-from tilevm.backend.cuda.buffers import TORCH_DTYPES, code_itemsize
 from tilevm.backend.cuda.driver import Context
 from tilevm.backend.cuda.errors import ArgumentTypeError, ArgumentValueError, CudaError
-from tilevm.backend.cuda.params import LaunchParams, pack_bound, pack_raw, scalar_slot
+from tilevm.backend.cuda.params import LaunchParams, pack_bound, pack_raw
+from tilevm.backend.cuda.prepared import PreparedLaunch
 from tilevm.backend.cuda.streams import resolve_stream
 from tilevm.backend.cuda.tensor_maps import encode_tensor_maps
 from tilevm.backend.cuda.validate import (
     MAX_GRID,
     BoundPointer,
     BoundScalar,
-    accepted_codes,
     grid_of,
-    int_range,
     validate_args,
 )
 from tilevm.ir.errors import VMError
@@ -56,29 +52,19 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
 
 class _TorchFastPath:
     """The launch path of `Kernel.__call__` for its common case: every pointer argument a
-    PyTorch CUDA tensor, every scalar a Python int (or float, for a float parameter),
-    argument sizes seen before. `launch` either launches, having checked everything
-    `validate_args` and `Kernel._launch_packed` check, or declines (returns False) before
-    touching the driver, and the caller takes the general path, which then accepts or
-    raises its usual error. It never raises for a bad argument itself, so every message
-    stays the general path's, and it accepts nothing the general path would reject:
+    PyTorch tensor, every scalar a Python int (or float, for a float parameter). A call
+    computes a key of what the checks depend on, per pointer its dtype, element count,
+    device and contiguity, per scalar its value, and looks up the `PreparedLaunch` that
+    `Kernel.prepare` built the first time it met that key (after the general checks, which
+    raise their usual errors word for word); then it reads the data pointers and launches.
+    It declines (returns False) anything else: an argument of another kind, a wrong
+    count, an explicit grid; the general path then accepts or raises as usual.
 
-    - a pointer: `isinstance(a, torch.Tensor)`, `a.is_cuda` on the kernel's device
-      (`get_device()`), a torch dtype the parameter accepts (a set computed once from
-      `accepted_codes`), `is_contiguous()`, `data_ptr()` aligned (`required_align`);
-      torch tensors are never read-only;
-    - a scalar: `type(a) is int` within the type's range, or for a float parameter an
-      int or float that is finite and within the largest finite value;
-    - the size checks (assumptions, views against buffer sizes) already passed for
-      these scalar values and buffer sizes (`Kernel._checked`), and a general launch of
-      these scalar values succeeded, which checked and remembered the grid (`_grids`),
-      the block size against the kernel's limit and the shared memory;
-    - the calling thread's current context is the module's (`cuCtxGetCurrent` only).
+    What the general path checks per call and the key does not cover: the alignment of
+    each address (`PreparedLaunch.launch` checks it), and the calling thread's current
+    context (`cuCtxGetCurrent`, checked here: a launch in another context would fail)."""
 
-    What does not depend on the arguments is computed here once. The parameter values
-    go into a per-thread buffer (`struct.pack_into`, one 8-byte slot each) whose slot
-    addresses form the `kernelParams` array; the driver copies them during
-    `cuLaunchKernel`, so the buffer is reused."""
+    _KEPT = 1024  # prepared launches kept per kernel (a new scalar value is a new key)
 
     def __init__(self, kernel: Kernel, torch: Any) -> None:
         sig = kernel.signature
@@ -92,102 +78,34 @@ class _TorchFastPath:
         if self.current_device is None:
             self.raw_stream = None
         self.drv = driver.bindings()
-        self.success = self.drv.CUresult.CUDA_SUCCESS
-        self.function = kernel.handle
-        self.block = (kernel.num_threads, 1, 1)
-        self.shared_bytes = kernel.shared_bytes
         self.context = int(kernel.module.context.handle)
-        self.device = kernel.module.context.device
-        # per parameter: ("p", {accepted torch dtype: itemsize}, alignment),
-        # ("i", smallest, largest) or ("f", largest finite value, packer)
-        self.params: list[tuple[Any, ...]] = []
-        fmt = "="
-        for p in sig.params:
-            if p.is_pointer:
-                codes = accepted_codes(p.dtype)
-                dtypes = {getattr(torch, name): code_itemsize(code)
-                          for name, code in TORCH_DTYPES.items()
-                          if code in codes and hasattr(torch, name)}
-                self.params.append(("p", dtypes, p.required_align))
-                fmt += "Q"
-            else:
-                code, convert = scalar_slot(p.dtype)
-                fmt += code + ("4x" if code in "fiI" else "")  # 8-byte slots
-                if p.dtype.is_float:
-                    self.params.append(("f", p.dtype.max, convert))
-                else:
-                    self.params.append(("i", *int_range(p.dtype)))
-        self.format = fmt
+        # per parameter: None for a pointer, else the Python types a scalar may be
+        self.params: list[tuple[type, ...] | None] = [
+            None if p.is_pointer else (int, float) if p.dtype.is_float else (int,)
+            for p in sig.params]
         self.nparams = len(sig.params)
-        self.tensor_maps = bool(sig.tensor_maps)  # then the general path encoded them first
-        self._local = threading.local()
-
-    def _buffer(self) -> tuple[Any, int]:
-        """This thread's parameter buffer and the address of its `kernelParams` array."""
-        try:
-            return self._local.buffer
-        except AttributeError:
-            n = self.nparams
-            data = ctypes.create_string_buffer(8 * max(n, 1))
-            base = ctypes.addressof(data)
-            array = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
-            self._local.keep = (data, array)
-            self._local.buffer = (data, ctypes.addressof(array) if n else 0)
-            return self._local.buffer
+        self.prepared: dict[tuple[Any, ...], PreparedLaunch] = {}
 
     def launch(self, args: tuple[Any, ...], stream: Any) -> bool:
         if len(args) != self.nparams:
             return False
         tensor = self.tensor
-        device = self.device
-        values: list[Any] = []
-        scalars: list[Any] = []
-        key: list[Any] = []  # as validate_args' `checked` key: scalar values, buffer sizes
-        bound: list[Any] = []  # addresses and scalars: the key of encoded tensor maps
+        key: list[Any] = []
+        pointers: list[int] = []
         try:
-            for a, (kind, x, y) in zip(args, self.params):
-                if kind == "p":
-                    if not isinstance(a, tensor) or not a.is_cuda or a.get_device() != device:
+            for a, types in zip(args, self.params):
+                if types is None:
+                    if not isinstance(a, tensor):
                         return False
-                    itemsize = x.get(a.dtype)
-                    if itemsize is None or not a.is_contiguous():
-                        return False
-                    address = a.data_ptr()
-                    if address % y:
-                        return False
-                    values.append(address)
-                    bound.append(address)
-                    key.append(a.numel() * itemsize)
-                elif kind == "i":
-                    if type(a) is not int or not x <= a <= y:
-                        return False
-                    values.append(a)
-                    scalars.append(a)
-                    bound.append(a)
+                    key += (a.dtype, a.numel(), a.get_device(), a.is_contiguous())
+                    pointers.append(a.data_ptr())
+                elif type(a) in types:
                     key.append(a)
                 else:
-                    if type(a) is not int and type(a) is not float:
-                        return False
-                    v = float(a)
-                    if not math.isfinite(v) or abs(v) > x:
-                        return False
-                    values.append(y(v))
-                    scalars.append(v)
-                    bound.append(v)
-                    key.append(v)
+                    return False
         except Exception:  # an odd tensor (sparse, ...): the general path says what
             return False
-        kernel = self.kernel
-        if tuple(key) not in kernel._checked:
-            return False
-        grid = kernel._grids.get(tuple(scalars))
-        if grid is None:
-            return False
-        maps = kernel._maps.get(tuple(bound)) if self.tensor_maps else None
-        if self.tensor_maps and maps is None:
-            return False  # the general path encodes them (and checks the views)
-        drv = self.drv
-        _, ctx = drv.cuCtxGetCurrent()
+        _, ctx = self.drv.cuCtxGetCurrent()
         if ctx is None or int(ctx) != self.context:
             return False  # no context or another one: the general path decides
         handle = None
@@ -199,17 +117,16 @@ class _TorchFastPath:
                 handle = None
         if handle is None:
             handle = resolve_stream(stream)
-        data, params = self._buffer()
-        struct.pack_into(self.format, data, 0, *values)
-        if maps is not None:  # the tensor maps' own 128-byte values after the slots
-            base = ctypes.addressof(data)
-            array = (ctypes.c_void_p * (self.nparams + len(maps)))(
-                *[base + 8 * i for i in range(self.nparams)], *[m.getPtr() for m in maps])
-            params = ctypes.addressof(array)
-        result = drv.cuLaunchKernel(self.function, *grid, *self.block, self.shared_bytes,
-                                    handle, params, 0)
-        if result[0] != self.success:
-            driver.call(f"cuLaunchKernel({kernel.name})", result)
+        prepared = self.prepared.get(tuple(key))
+        if prepared is None:
+            prepared = self.kernel.prepare(*args)  # the general checks; raises as a call
+            if len(self.prepared) >= self._KEPT:
+                self.prepared.clear()
+            self.prepared[tuple(key)] = prepared
+        for address, align in zip(pointers, prepared.alignments):
+            if address % align:
+                return False  # the general path says which argument
+        prepared.submit(handle, pointers)
         return True
 
 
@@ -229,7 +146,9 @@ class Kernel:
         self._dynamic_limit = MAX_STATIC_SHARED
         self._max_threads: int | None = None
         self._checked: set[tuple[Any, ...]] = set()  # size checks passed (validate_args)
-        # grids of launches that went through, by scalar arguments (`_TorchFastPath` too)
+        # whether launches may overlap the previous kernel's tail (`prepare`)
+        self.dependent_launch = False
+        # grids of the general path's launches that went through, by scalar arguments
         self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         self._maps: dict[tuple[Any, ...], list[Any]] = {}  # encoded tensor maps (TMA)
         self._fast: _TorchFastPath | None = None  # built once PyTorch is imported
@@ -245,8 +164,8 @@ class Kernel:
                  stream: Any = None) -> None:
         """Launch with the signature's grid and block size and the module's shared bytes.
 
-        Torch tensors and Python scalars of sizes launched before take `_TorchFastPath`
-        (the same checks, in a fraction of the host time); anything else, or anything it
+        Torch tensors and Python scalars take `_TorchFastPath` (a `PreparedLaunch` per
+        key of sizes, checked once with the general checks); anything else, or anything it
         declines, the general path: `validate_args`, then `_launch_bound`."""
         fast = self._fast
         if fast is None and self.signature is not None and self.num_threads:
@@ -304,6 +223,20 @@ class Kernel:
     def _launch_packed(self, grid: int | Sequence[int], block: int | Sequence[int],
                        shared_bytes: int, params: LaunchParams,
                        pointers: Sequence[BoundPointer], stream: Any) -> None:
+        grid3, block3 = self._check_launch(grid, block, shared_bytes, pointers)
+        handle = resolve_stream(stream)
+        if 0 in grid3:
+            return  # nothing to run (e.g. a ragged problem of size 0)
+        drv = driver.bindings()
+        driver.call(f"cuLaunchKernel({self.name})", drv.cuLaunchKernel(
+            self.handle, *grid3, *block3, shared_bytes, handle, params.address, 0))
+
+    def _check_launch(self, grid: int | Sequence[int], block: int | Sequence[int],
+                      shared_bytes: int, pointers: Sequence[BoundPointer]
+                      ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Everything a launch checks beyond its arguments: the grid and block within
+        CUDA's and the kernel's limits, the current context the module's, the pointers on
+        its device, the shared memory granted (`_set_shared`). Returns the grid and block."""
         grid3 = _dim3(grid, "grid")
         block3 = _dim3(block, "block")
         for axis, (n, most) in enumerate(zip(grid3, MAX_GRID)):
@@ -312,7 +245,6 @@ class Kernel:
         threads = math.prod(block3)
         if threads == 0 or threads > 1024:
             raise ArgumentValueError(f"block {block3} has {threads} threads (1 to 1024)")
-        handle = resolve_stream(stream)
         ctx = driver.ensure_context()
         if ctx.handle != self.module.context.handle and int(ctx.handle) != int(
                 self.module.context.handle):
@@ -327,11 +259,29 @@ class Kernel:
             raise ArgumentValueError(f"kernel {self.name} can run at most {max_threads} threads "
                                      f"per block (registers), asked for {threads}")
         self._set_shared(shared_bytes, ctx)
-        if 0 in grid3:
-            return  # nothing to run (e.g. a ragged problem of size 0)
-        drv = driver.bindings()
-        driver.call(f"cuLaunchKernel({self.name})", drv.cuLaunchKernel(
-            self.handle, *grid3, *block3, shared_bytes, handle, params.address, 0))
+        return grid3, block3
+
+    def prepare(self, *args: Any, grid: int | Sequence[int] | None = None,
+                dependent: bool | None = None) -> PreparedLaunch:
+        """A `PreparedLaunch` of this kernel with these arguments (backend/cuda/prepared.py):
+        checked as a call checks them, once; it then launches with new addresses for the
+        pointer arguments and nothing else checked but their alignment. `dependent`
+        (default: what the program declares) launches with programmatic stream
+        serialization, for a kernel that waits for its prerequisites in its code."""
+        if self.signature is None:
+            raise VMError(f"kernel {self.name} has no signature: use launch(grid, block, ...)")
+        if not self.num_threads:
+            raise VMError(f"kernel {self.name}: unknown block size: use launch(...)")
+        bound = validate_args(self.signature, args, self._checked)
+        if grid is None:
+            grid = grid_of(self.signature, bound)
+        pointers = [b for b in bound if isinstance(b, BoundPointer)]
+        grid3, block3 = self._check_launch(grid, (self.num_threads,), self.shared_bytes,
+                                           pointers)
+        if dependent is None:
+            dependent = self.dependent_launch
+        return PreparedLaunch(self.handle, self.name, self.signature, bound, grid3, block3,
+                              self.shared_bytes, dependent=dependent)
 
     def _set_shared(self, shared_bytes: int, ctx: Context) -> None:
         if shared_bytes <= self._dynamic_limit:

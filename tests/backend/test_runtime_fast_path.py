@@ -1,4 +1,5 @@
-"""The torch fast path of `Kernel.__call__` (backend/cuda/kernel.py, `_TorchFastPath`).
+"""The torch fast path of `Kernel.__call__` (backend/cuda/kernel.py, `_TorchFastPath`) and
+the prepared launch it takes (backend/cuda/prepared.py).
 
 CPU tests: a fake `torch` module (tensors that answer what the runtime asks of a torch
 tensor) and a fake CUDA driver that records launches. The fast path must launch with
@@ -204,7 +205,8 @@ def test_fast_path_launches_like_the_general_path(torch, sig, monkeypatch) -> No
     assert drv.launches[-1][0] == (1, 1, 1) and general.calls == 3
 
 
-def test_fast_path_packs_every_scalar_type_as_the_general_path(torch, monkeypatch) -> None:
+def test_prepared_launch_packs_every_scalar_type_as_the_general_path(torch, monkeypatch
+                                                                     ) -> None:
     scalars = [("a", "int8", -5), ("b", "uint32", 2**32 - 1), ("c", "int64", -2**40),
                ("d", "uint64", 2**64 - 1), ("e", "f32", 1.5), ("f", "f16", -2.0),
                ("g", "bf16", 3), ("h", "f8e4m3", 1.0), ("i", "int32", 7)]
@@ -212,17 +214,20 @@ def test_fast_path_packs_every_scalar_type_as_the_general_path(torch, monkeypatc
                           *[ParamSpec(n, "scalar", parse(t)) for n, t, _ in scalars]),
                     num_threads=32)
     kernel, drv = make_kernel(monkeypatch, sig)
-    general = CountingValidate(monkeypatch)
-    args = [torch.Tensor(8, "bfloat16"), *[v for _, _, v in scalars]]
-    kernel(*args, grid=(1,))  # no grid in the signature: the general path every time
-    reference = drv.launches[-1][4]
-    kernel._grids[tuple(v for _, _, v in scalars)] = (1, 1, 1)  # as if launched
-    kernel._grids[tuple(float(v) if t in ("f32", "f16", "bf16", "f8e4m3") else v
-                        for _, t, v in scalars)] = (1, 1, 1)
-    kernel(*args)
-    assert general.calls == 1  # the fast path launched
-    assert drv.launches[-1][4] == reference
-    assert reference[1:] == [-5, 2**32 - 1, -2**40, 2**64 - 1, 1.5, 0xC000, 0x4040, 0x38, 7]
+    args = [torch.Tensor(8, "bfloat16", ptr=0x10000), *[v for _, _, v in scalars]]
+    kernel(*args, grid=(1,))  # no grid in the signature: the general path
+    reference = drv.launches[-1]
+    assert reference[4] == [0x10000, -5, 2**32 - 1, -2**40, 2**64 - 1, 1.5, 0xC000, 0x4040,
+                            0x38, 7]
+    prepared = kernel.prepare(*args, grid=(1,))
+    # (a ParamSpec built by hand assumes only the element alignment, 2 bytes for bf16)
+    assert prepared.pointer_params == ("p",) and prepared.alignments == (2,)
+    prepared.launch(0, 0x20000)
+    assert drv.launches[-1] == (*reference[:4], [0x20000, *reference[4][1:]])
+    with pytest.raises(ArgumentValueError, match=r"kernel k: argument p: address 0x20001 is "
+                                                 r"not 2-byte aligned"):
+        prepared.launch(0, 0x20001)
+    assert len(drv.launches) == 2
 
 
 def bad_arguments(torch) -> list[tuple[str, list[Any]]]:
@@ -326,11 +331,7 @@ def test_real_torch_cpu_tensors_are_declined(sig, monkeypatch) -> None:
     with pytest.raises(ArgumentTypeError, match=r"argument 0 \(x: const ptr<f16>\) is on the "
                                                 r"cpu device \(torch.float16\)"):
         kernel(x, x, x, 1000)
-    fast = kernel._fast
-    assert fast is not None and not drv.launches
-    accepted = {"x": {torch.float16}, "y": {torch.float16}, "out": {torch.float16}}
-    assert {p.name: set(f[1]) for p, f in zip(sig.params, fast.params) if f[0] == "p"} \
-        == accepted
+    assert kernel._fast is not None and not kernel._fast.prepared and not drv.launches
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
@@ -352,7 +353,7 @@ def test_gpu_torch_fast_path(monkeypatch) -> None:
         out = torch.full((n,), float("nan"), device="cuda")
         kernel(x, y, out, n)
         torch.testing.assert_close(out, x + y)
-    assert kernel._fast is not None and kernel._grids
+    assert kernel._fast is not None and kernel._fast.prepared
     general = CountingValidate(monkeypatch)
     out.fill_(float("nan"))
     kernel(x, y, out, n)
