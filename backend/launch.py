@@ -31,9 +31,12 @@ from tilevm.ir.types import Pointer
 
 def build_artifact(program: Program, arch: str) -> cache.Artifact:
     compiled = pipeline.compile_program(program, arch)
-    signature = replace(signature_from_program(program),
-                        tensor_maps=tma.tensor_maps(compiled.lowered),
-                        num_threads=compiled.num_threads)
+    signature = signature_from_program(program)
+    # The wait compiles to nothing before sm_90: such code must never be launched early.
+    signature = replace(signature, tensor_maps=tma.tensor_maps(compiled.lowered),
+                        num_threads=compiled.num_threads,
+                        dependent_launch=signature.dependent_launch
+                        and target.target(arch).dependent_launch)
     return cache.Artifact(ptx=compiled.ptx, kernel_name=program.name,
                           shared_bytes=compiled.shared_bytes,
                           num_threads=compiled.num_threads,

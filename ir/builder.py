@@ -211,6 +211,12 @@ class Builder:
     def sync(self) -> None:
         self.emit(ins.Sync(loc=self.loc))
 
+    def launch_dependents(self) -> None:
+        self.emit(ins.LaunchDependents(loc=self.loc))
+
+    def wait_prerequisites(self) -> None:
+        self.emit(ins.WaitPrerequisites(loc=self.loc))
+
     def full(self, value: ExprLike, dtype: DataType | str, shape: Sequence[int],
              layout: Any = None, name: str = "r") -> Tensor:
         out = self.register(dtype, shape, layout, name)

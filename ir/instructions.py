@@ -226,6 +226,35 @@ class Sync(Instruction):
     opname: ClassVar[str] = "sync"
 
 
+# ---- launches that overlap (programmatic dependent launch) ---------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchDependents(Instruction):
+    """Let the kernel launched after this one on the stream start early: once every
+    block of this grid has executed `launch_dependents` (any of its threads, once) or
+    finished, a next kernel that opted in (`wait_prerequisites`) may begin its blocks
+    while this grid's last ones still run. It promises nothing about this kernel's
+    memory: the next kernel's `wait_prerequisites` still waits for this whole grid to
+    complete. So it may stand anywhere, the earlier the more overlap; it is a no-op for a
+    next kernel that did not opt in, and on targets before sm_90."""
+
+    opname: ClassVar[str] = "launch_dependents"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitPrerequisites(Instruction):
+    """Wait until the kernels this one was launched after have completed and their
+    memory writes are visible. A kernel with this instruction opts in to programmatic
+    dependent launch (`Signature.dependent_launch`): the runtime may start it before the
+    previous kernel on the stream has finished, so everything before the wait runs
+    beside that kernel. It stands at the top level of the body (every thread executes
+    it), before every global write (`store_global`, `atomic_add`: the previous kernel may
+    still read or write that memory); a global read before it must be of data no
+    earlier kernel in the stream writes (weights), which is the program's promise."""
+
+    opname: ClassVar[str] = "wait_prerequisites"
+
+
 # ---- register tiles ----------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,7 +402,8 @@ class Assume(Instruction):
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
         GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, AllocShared, FreeShared, LoadShared,
-        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, Full, Assign, View,
-        Cast, Elementwise, Where, Reduce, Dot, AnnotateLayout, Print, Assume,
+        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, LaunchDependents,
+        WaitPrerequisites, Full, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
+        AnnotateLayout, Print, Assume,
     )
 }

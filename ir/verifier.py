@@ -86,7 +86,10 @@ Instructions (memory spaces: G global, S shared, R register)
   - annotate_layout: an R tensor with a `RegisterLayout` (or an S tensor with a
     `SharedLayout`) valid for it, equal to the tensor's own layout if it has one and to
     any earlier annotation of it;
-  - print: a R or S tensor, or a scalar expression; `message` a string.
+  - print: a R or S tensor, or a scalar expression; `message` a string;
+  - launch_dependents: anywhere; wait_prerequisites: at the top level of the body (not
+    in a loop or branch: every thread waits) and before the program's first global
+    write (`store_global`, `atomic_add`, in program order, nested ones included).
 
 Limits (docs/ir.md, "Limits"; the numbers are in `ir.verify_context`)
   - a register tile needs at most 255 32-bit registers a thread (its layout's elements

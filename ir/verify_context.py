@@ -191,6 +191,7 @@ class Context:
     view_ptr: dict[str, Pointer] = field(default_factory=dict)  # global tensor -> pointer
     annotations: dict[str, Any] = field(default_factory=dict)
     depth: int = 0  # enclosing loops
+    first_global_write: str = ""  # "store_global at file:line": the first one, if any
     op: str = ""  # the statement being checked, for messages
 
     # ---- scalars ----

@@ -118,23 +118,27 @@ def check_store_global(ctx: Context, inst: ins.StoreGlobal) -> None:
     dst = use(ctx, inst.dst, "dst", (G,))
     src = use(ctx, inst.src, "src", (R,))
     offsets = check_offsets(ctx, inst.offsets, dst)
-    _check_writable(ctx, dst)
+    _check_writable(ctx, inst, dst)
     check_tile(ctx, src, dst, offsets, False, "store")
 
 
-def _check_writable(ctx: Context, dst: Tensor) -> None:
-    """A global tensor written to must not view a `const` pointer parameter."""
+def _check_writable(ctx: Context, inst: ins.Instruction, dst: Tensor) -> None:
+    """A global tensor written to must not view a `const` pointer parameter. Records the
+    program's first global write (`wait_prerequisites` must come before it)."""
     ptr = ctx.view_ptr.get(dst.name)
     if ptr is not None and ptr.type.readonly:
         fail(f"{ctx.op}: store to read-only parameter {ptr.name} (declared "
               f"{ptr.type}) through %{dst.name}")
+    if not ctx.first_global_write:
+        loc = loc_of(inst)
+        ctx.first_global_write = ctx.op + (f" at {loc}" if loc else "")
 
 
 def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
     dst = use(ctx, inst.dst, "dst", (G,))
     if dst.type.dtype != INT32:
         fail(f"atomic_add: %{dst.name} is {dst.type.dtype}; atomic_add works on int32")
-    _check_writable(ctx, dst)
+    _check_writable(ctx, inst, dst)
     check_offsets(ctx, inst.offsets, dst)
     value = check_int_expr(ctx, inst.value, "value")
     if value.bits > 32:
@@ -200,6 +204,23 @@ def check_copy_async_wait(ctx: Context, inst: ins.CopyAsyncWait) -> None:
 
 def check_sync(ctx: Context, inst: ins.Sync) -> None:
     pass
+
+
+def check_launch_dependents(ctx: Context, inst: ins.LaunchDependents) -> None:
+    pass  # anywhere: it only lets the next kernel start; what it reads waits for all
+
+
+def check_wait_prerequisites(ctx: Context, inst: ins.WaitPrerequisites) -> None:
+    # Every thread must wait (a thread that skips it may read memory an earlier kernel
+    # is still writing), and no global write may precede it (an earlier kernel may still
+    # read or write that memory): so at the top level, before the first global write.
+    if len(ctx.scopes) > 1:
+        fail(f"wait_prerequisites: it is inside {ctx.scopes[-1].kind}; it must be at the "
+              "top level of the kernel's body, where every thread executes it once")
+    if ctx.first_global_write:
+        fail(f"wait_prerequisites: it comes after a global write ({ctx.first_global_write});"
+              " an earlier kernel may still read or write that memory, so the wait must "
+              "come before every store_global and atomic_add")
 
 
 def check_full(ctx: Context, inst: ins.Full) -> None:

@@ -1,7 +1,8 @@
 """The meaning of the memory instructions in the reference interpreter: global views,
 loads, stores and atomics on global memory; shared allocations, loads, stores and
-asynchronous copies; `sync`, and the race and initialization checks of shared memory
-(`exec_<opname>` methods; `vm.interpreter`'s docstring states the rules).
+asynchronous copies; `sync`; `launch_dependents` and `wait_prerequisites` (no-ops
+here); and the race and initialization checks of shared memory (`exec_<opname>`
+methods; `vm.interpreter`'s docstring states the rules).
 """
 
 from __future__ import annotations
@@ -289,6 +290,13 @@ class MemorySemantics(InterpreterState):
         """Block-wide barrier: every earlier shared-memory access happens before every
         later one."""
         self.epoch += 1
+
+    def exec_launch_dependents(self, inst: ins.LaunchDependents) -> None:
+        """Nothing: launches run one after another here, so no kernel overlaps this
+        one (the verifier checked where it stands)."""
+
+    def exec_wait_prerequisites(self, inst: ins.WaitPrerequisites) -> None:
+        """Nothing: every earlier launch has finished before this one started."""
 
     # ---- race and initialization checks -----------------------------------------------
     def _element_name(self, alloc: SharedAlloc, flat: int, offsets: np.ndarray,

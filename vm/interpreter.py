@@ -81,7 +81,8 @@ access is a race) until a `copy_async_wait` retires its group, then written by a
 unknown thread until the next `sync`. Between two syncs it is a race for a thread to
 read what another thread wrote (RAW), to write what another thread read (WAR) or
 wrote (WAW). The `VMError` names the element, both threads and both source lines.
-Global memory is not race-checked (blocks run one after another).
+Global memory is not race-checked (blocks run one after another). Launches run one
+after another too, so `launch_dependents` and `wait_prerequisites` do nothing here.
 """
 
 from __future__ import annotations

@@ -159,3 +159,18 @@ def copy_async_wait(n: int = 0) -> None:
 
 def sync() -> None:
     builder_for("tv.sync").sync()
+
+
+def launch_dependents() -> None:
+    """Let the next kernel on the stream start before this one ends, if it opted in
+    (`tv.wait_prerequisites`); anywhere in the kernel, the earlier the more overlap.
+    Nothing before sm_90, nor in the interpreter."""
+    builder_for("tv.launch_dependents").launch_dependents()
+
+
+def wait_prerequisites() -> None:
+    """Wait for the kernels launched before this one to finish, their writes visible;
+    with it the kernel opts in to starting before they end (programmatic dependent
+    launch, sm_90 and later). At the top level of the kernel, before its first global
+    write and its first read of anything an earlier kernel writes."""
+    builder_for("tv.wait_prerequisites").wait_prerequisites()

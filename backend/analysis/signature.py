@@ -8,8 +8,9 @@ elements of a dtype, with the alignment the compiled code assumes, or a scalar),
 launch grid and cluster as expressions over the scalar parameters, the block size, the
 global views whose extent depends only on scalar parameters (`ViewSpec`: what the
 launch checks buffer sizes against), the top-level `assume`s over scalar parameters
-(`AssumeSpec`), and the TMA tensor maps the kernel takes after its own parameters
-(`TensorMapSpec`). It travels as JSON in the on-disk cache (`to_json`, `from_json`).
+(`AssumeSpec`), the TMA tensor maps the kernel takes after its own parameters
+(`TensorMapSpec`), and whether it opts in to programmatic dependent launch
+(`dependent_launch`). It travels as JSON in the on-disk cache (`to_json`, `from_json`).
 Binding arguments to it and checking them is `tilevm.backend.cuda.validate`'s.
 """
 
@@ -33,7 +34,7 @@ from tilevm.ir.expr import (
     free_vars,
 )
 from tilevm.ir.expr_parser import parse_expr
-from tilevm.ir.instructions import Assume, GlobalView
+from tilevm.ir.instructions import Assume, GlobalView, WaitPrerequisites
 from tilevm.ir.stmt import AssignVar, For, If, Let, Seq
 from tilevm.ir.types import Pointer
 
@@ -139,6 +140,13 @@ class Signature:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     cluster: int = 1  # blocks per cluster along the grid's first dimension
     grid_where: str = ""  # the user's `tv.grid` line ("" if unknown), for launch errors
+    # The kernel waits for the kernels before it (`wait_prerequisites`, at the top level,
+    # before any global write: the verifier's rule), so it may be launched with the
+    # programmatic-stream-serialization attribute and start before they end. Only
+    # then: a kernel without the wait never gets the attribute. The wait is compiled in
+    # only for sm_90 and later (`Target.dependent_launch`), so a build for an earlier
+    # target must clear this field.
+    dependent_launch: bool = False
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -162,7 +170,8 @@ class Signature:
                                  "where": a.where} for a in self.assumptions],
                 "tensor_maps": [{"view": m.view, "dims": list(m.dims), "box": list(m.box),
                                  "swizzle": m.swizzle} for m in self.tensor_maps],
-                "cluster": self.cluster, "grid_where": self.grid_where}
+                "cluster": self.cluster, "grid_where": self.grid_where,
+                "dependent_launch": self.dependent_launch}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Signature:
@@ -183,7 +192,8 @@ class Signature:
                      for m in d.get("tensor_maps", ()))
         return cls(str(d.get("name", "kernel")), params, views,
                    tuple(ex(g) for g in d.get("grid", ())), int(d.get("num_threads", 0)),
-                   assumptions, maps, int(d.get("cluster", 1)), str(d.get("grid_where", "")))
+                   assumptions, maps, int(d.get("cluster", 1)), str(d.get("grid_where", "")),
+                   bool(d.get("dependent_launch", False)))
 
 
 def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signature:
@@ -191,7 +201,8 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
     assume `pointer_align`-byte aligned addresses), its grid and block size, and the
     global views at the top level of its body whose offset, shape and strides depend
     only on scalar parameters (through top-level `let`s that are never reassigned),
-    and the top-level `assume`s whose conditions depend only on them."""
+    the top-level `assume`s whose conditions depend only on them, and whether a
+    top-level `wait_prerequisites` opts in to programmatic dependent launch."""
     params: list[ParamSpec] = []
     scalars: set[Var] = set()
     for p in program.params:
@@ -243,9 +254,11 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
             if free_vars(cond) <= scalars and _static(cond):
                 assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
                                               str(stmt.loc) if stmt.loc else ""))
+    waits = any(isinstance(stmt, WaitPrerequisites) for stmt in program.body.body)
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
                      program.block_threads, tuple(assumptions), cluster=program.cluster,
-                     grid_where=str(program.grid_loc) if program.grid_loc else "")
+                     grid_where=str(program.grid_loc) if program.grid_loc else "",
+                     dependent_launch=waits)
 
 
 def _strip_parens(text: str) -> str:

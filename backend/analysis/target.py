@@ -19,6 +19,11 @@ class Target:
     def sm(self) -> int:
         return int(self.arch[3:5])
 
+    @property
+    def dependent_launch(self) -> bool:
+        """Has programmatic dependent launch (`griddepcontrol`, PTX ISA 7.8): sm_90+."""
+        return self.sm >= 90
+
 
 # PTX ISA 8.0 (CUDA 12.0) is the floor: every listed arch, cp.async and mma are in it.
 TARGETS: dict[str, Target] = {

@@ -59,7 +59,7 @@ IN_FLIGHT_AFTER_DOT = 1
 OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalView,
                ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Assume,
                ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait,
-               ins.AllocShared, ins.FreeShared)
+               ins.AllocShared, ins.FreeShared, ins.LaunchDependents, ins.WaitPrerequisites)
 
 Pending = tuple[tuple[str, ...], ...]  # per group in flight (oldest first), its tiles
 

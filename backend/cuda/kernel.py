@@ -146,8 +146,9 @@ class Kernel:
         self._dynamic_limit = MAX_STATIC_SHARED
         self._max_threads: int | None = None
         self._checked: set[tuple[Any, ...]] = set()  # size checks passed (validate_args)
-        # whether launches may overlap the previous kernel's tail (`prepare`)
-        self.dependent_launch = False
+        # whether prepared launches may overlap the previous kernel's tail: the program
+        # waits for its prerequisites in its code (`tv.wait_prerequisites`)
+        self.dependent_launch = bool(signature and signature.dependent_launch)
         # grids of the general path's launches that went through, by scalar arguments
         self._grids: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         self._maps: dict[tuple[Any, ...], list[Any]] = {}  # encoded tensor maps (TMA)

@@ -34,6 +34,9 @@ recorded form:
   inputs, `mma_sync(shape='m16n8k32', acc='s32')` for int8/uint8 (the register layouts
   were made of these fragments by `infer_layouts`); any other input dtype is a VMError
   at the `dot`'s line.
+- `launch_dependents`, `wait_prerequisites` on targets with programmatic dependent
+  launch (`Target.dependent_launch`, sm_90 and later): `lowering=griddepcontrol`
+  (`griddepcontrol.launch_dependents` / `.wait`); elsewhere no lowering (no code).
 - `dot` whose b is a shared tile: `lowering=wgmma(shape='m64nNk16', acc='f32')` (N = b's
   columns; f16/bf16 inputs, else a VMError; Hopper's warpgroup MMA, sm_90a only, which
   `compile_program` checks).
@@ -73,6 +76,7 @@ def select_instructions(program: Program, context: PassContext = DEFAULT_CONTEXT
     launch_views = _launch_invariant_views(program) if tma else set()
 
     stmatrix = arch is not None and context.target.sm >= STMATRIX_SM
+    griddepcontrol = arch is not None and context.target.dependent_launch
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
         if isinstance(inst, ins.LoadShared) or (
@@ -108,6 +112,9 @@ def select_instructions(program: Program, context: PassContext = DEFAULT_CONTEXT
                     "cp_async", cache="cg" if size == 16 else "ca",
                     elements=per, bytes=size, whole=whole, dim=dim))
             return replace(inst, lowering=ins.lowering("load_store"))
+        elif isinstance(inst, (ins.LaunchDependents, ins.WaitPrerequisites)):
+            return replace(inst, lowering=ins.lowering("griddepcontrol")) \
+                if griddepcontrol else inst
         elif isinstance(inst, ins.Dot) and inst.b.space is MemorySpace.SHARED:
             if inst.a.dtype not in WGMMA_DTYPES:
                 raise VMError(f"dot with a shared b on {inst.a.dtype} inputs is not "

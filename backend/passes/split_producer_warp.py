@@ -86,9 +86,10 @@ from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.transform import instructions, map_seq
 from tilevm.ir.types import MemorySpace, Tensor
 
-# What the producer warp runs of the program: the copies and what addresses them.
+# What the producer warp runs of the program: the copies and what addresses them, and
+# the wait for the previous kernel (its copies read global memory that kernel writes).
 PRODUCER_INSTRUCTIONS = (ins.GlobalView, ins.AllocShared, ins.CopyAsync,
-                         ins.CopyAsyncCommit, ins.Assume)
+                         ins.CopyAsyncCommit, ins.Assume, ins.WaitPrerequisites)
 # Instructions that write their `dst` (other than a TMA copy, ordered by barriers).
 WRITES = (ins.StoreShared, ins.StoreGlobal, ins.AtomicAdd, ins.CopyAsync)
 
