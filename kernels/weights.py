@@ -195,11 +195,12 @@ def _decode(codes: Array, dtype: DataType, *, float32: bool = False) -> Array:
 class QuantizedWeight:
     """A quantized weight matrix `W[K, N]`, everything a quantized-matmul kernel reads.
 
-    - `packed`: uint8 `[K, N*b/8]`, the codes in `format`
-      (`kernels.weight_format`);
-    - `scales`: `[K/group_size, N]` in f16 or bf16 (on numpy, bf16 is stored as uint16
-      bit patterns);
-    - `zeros`: None (symmetric), or `[K/group_size, N]` zero points in the scale dtype:
+    - `packed`: uint8, the codes in `format` (`kernels.weight_format`): `[K, N*b/8]`
+      row-packed (N a multiple of 8), `[K/32, Np*4b]` in fragments, where N is padded
+      to `Np = padded_n(N)` (any N; K a multiple of 32);
+    - `scales`: `[K/group_size, Np]` in f16 or bf16 (on numpy, bf16 is stored as uint16
+      bit patterns; Np = N row-packed, the padding columns' scales are ones);
+    - `zeros`: None (symmetric), or `[K/group_size, Np]` zero points in the scale dtype:
       `W = (decode(code) - zero) * scale`;
     - `dtype`: the `DataType` of the codes (1..8 bits; a name is parsed);
       `group_size`: rows of K per scale (== K for per-channel; -1 is normalized to K);
@@ -443,11 +444,15 @@ def quantize(w: Array, dtype: DataType | str, group_size: int = 128, *,
     (asymmetric). `scale_dtype` is "f16" or "bf16" (or the numpy/torch dtype); None
     means bf16 for a bfloat16 torch tensor and f16 otherwise.
 
-    Raises `TypeError` for a non-float `w`, `ValueError` for a non-2-D `w`, N not a
-    multiple of 8, an unsupported group size or K not a multiple of it (or, for the
-    "fragments" format, of 32), non-finite
-    weights, a zero point on a non-unsigned format, or a scale beyond the scale dtype's
-    range; `DTypeError` (a `ValueError`) for an unknown `dtype`.
+    The "fragments" format (what the kernels read) takes any N >= 1 (it pads N to whole
+    atoms, `padded_n`) and any K that is a multiple of the group size (of 32, too, when
+    the group is the whole of K: per-channel); "row_packed" needs N a multiple of 8.
+
+    Raises `TypeError` for a non-float `w`, `ValueError` for a non-2-D or empty `w`, N not
+    a multiple of 8 ("row_packed"), an unsupported group size or K not a multiple of it
+    (per-channel "fragments": of 32), non-finite weights, a zero point on a non-unsigned
+    format, or a scale beyond the scale dtype's range; `DTypeError` (a `ValueError`) for
+    an unknown `dtype`.
     """
     dtype = code_type(dtype)
     w = w.detach() if is_torch(w) else np.asarray(w)  # no autograd graph in the result
@@ -456,11 +461,17 @@ def quantize(w: Array, dtype: DataType | str, group_size: int = 128, *,
     if len(w.shape) != 2:
         raise ValueError(f"weights must be a 2-D [K, N] array, got shape {tuple(w.shape)}")
     K, N = (int(s) for s in w.shape)
-    if N % 8:
-        raise ValueError(f"N must be a multiple of 8 (rows of whole bytes), got N = {N}")
     if K == 0 or N == 0:
         raise ValueError(f"weights must not be empty, got shape {(K, N)}")
+    check_format(format)
+    if format == ROW_PACKED and N % 8:
+        raise ValueError(f"the row_packed format needs N a multiple of 8 (each group of 8 "
+                         f"codes is b whole bytes of a row), got N = {N}; "
+                         f"format='fragments' takes any N")
     g = _group_size(group_size, K)
+    if format == FRAGMENTS and K % ATOM:  # (only per-channel: every group size divides)
+        raise ValueError(f"the fragments format needs K a multiple of {ATOM} (its atoms "
+                         f"are {ATOM} rows of K), got K = {K} (per-channel)")
     if zero_point and dtype.kind is not Kind.UNSIGNED:
         raise ValueError(f"zero points are for unsigned int formats; {dtype} is symmetric")
     sdt = _scale_type(scale_dtype, w)

@@ -390,6 +390,52 @@ def test_f8e5m2_never_overflows_to_inf() -> None:
         assert np.isfinite(values).all()
 
 
+# ---- the fragments format: any N, K = 3 groups ----------------------------------------------
+
+@pytest.mark.parametrize("t, zero_point, N, g, lib", [
+    (t, zp, N, g, lib) for t, zp, N, g in ((dtypes.int4, False, 1, 128),
+                                           (dtypes.uint4, True, 7, 64),
+                                           (dtypes.f4e2m1, False, 100, 32))
+    for lib in LIBS] + [
+    (dtypes.int3, False, 4100, 32, "numpy"), (dtypes.uint2, True, 12289, 32, "numpy")],
+    ids=lambda v: v.name if isinstance(v, DataType) else str(v))
+def test_fragments_take_any_n(t: DataType, zero_point: bool, N: int, g: int, lib: str) -> None:
+    """N in issue 43's acceptance set (none a multiple of 8) and K = 3 groups: the codes,
+    scales and zero points of the reference formulas, padded to whole 32-column atoms
+    with zero codes, unit scales and zero zero points, packed as the fragments format
+    packs the padded codes; the round trip gives the reference's weights exactly."""
+    K = 3 * g
+    w = weights(np.random.default_rng(N), K, max(N, 5))[:, :N]
+    qw = W.quantize(to_lib(w, lib), t, g, zero_point=zero_point, format=F.FRAGMENTS)
+    codes, scale, zero = ref_quantize(w, t, g, zero_point, dtypes.f16)
+    Np = -(-N // 32) * 32
+    assert qw.shape == (K, N) and F.padded_n(N) == Np
+    assert tuple(qw.packed.shape) == (K // 32, Np * 4 * t.bits)
+    padded = np.zeros((K, Np), np.uint8)
+    padded[:, :N] = codes
+    np.testing.assert_array_equal(to_numpy(qw.packed), F.pack_weights(padded, t, F.FRAGMENTS))
+    np.testing.assert_array_equal(to_numpy(qw.codes()), codes)
+    np.testing.assert_array_equal(stored_values(qw.scales),
+                                  np.pad(scale, ((0, 0), (0, Np - N)), constant_values=1.0))
+    if zero_point:
+        np.testing.assert_array_equal(stored_values(qw.zeros),
+                                      np.pad(zero, ((0, 0), (0, Np - N))))
+    np.testing.assert_array_equal(to_numpy(qw.dequantize()),
+                                  ref_dequantize(codes, scale, zero, t, g))
+
+
+def test_only_the_row_packed_format_needs_n_a_multiple_of_8() -> None:
+    w = np.random.default_rng(0).standard_normal((128, 12))
+    with pytest.raises(ValueError, match="row_packed format needs N a multiple of 8.*"
+                                         "format='fragments' takes any N"):
+        W.quantize(w, "int4", 64)
+    assert W.quantize(w, "int4", 64, format=F.FRAGMENTS).shape == (128, 12)
+    # Per-channel (the group is K): the fragments format's atoms need K a multiple of 32.
+    with pytest.raises(ValueError, match="fragments format needs K a multiple of 32"):
+        W.quantize(w[:100], "int4", -1, format=F.FRAGMENTS)
+    assert W.quantize(w[:100, :8], "int4", -1).group_size == 100
+
+
 # ---- QuantizedWeight ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lib", LIBS)
