@@ -268,8 +268,6 @@ def test_vmc_run_kernel_selection_and_settings(capsys):
     assert status == 0 and "float16[3, 50]" in out and out.rstrip().endswith("PASS")
     status, _, err = vmc(capsys, "run", f"{path}:softmax_f64", "--interpret")
     assert status == 2 and "no kernel 'softmax_f64'" in err and "softmax_f32" in err
-    status, _, err = vmc(capsys, "run", str(EXAMPLES / "matmul.py"))
-    assert status == 2 and "--interpret" in err and "backend" in err
     status, _, err = vmc(capsys, "run", str(EXAMPLES / "nothere.py"), "--interpret")
     assert status == 2 and "no such file" in err
     qpath = str(EXAMPLES / "quantized_matmul.py")
