@@ -11,7 +11,13 @@ docs/quantized-matmul.md describes the kernel, the weight format and the measure
 """
 
 from tilevm.kernels import linear
-from tilevm.kernels.matmul import quantized_matmul, tune, tuned_schedule
+from tilevm.kernels.matmul import (
+    quantized_matmul,
+    set_dependent_launch,
+    tune,
+    tuned_schedule,
+    warmup,
+)
 from tilevm.kernels.schedule import Schedule, candidates, default_schedule
 from tilevm.kernels.weight_format import (
     FRAGMENTS,
@@ -24,8 +30,8 @@ from tilevm.kernels.weights import QuantizedWeight, dequantize, encode, quantize
 
 __all__ = ["FRAGMENTS", "ROW_PACKED", "QuantizedLinear", "QuantizedWeight", "Schedule",
            "candidates", "default_schedule", "dequantize", "encode", "pack_weights",
-           "padded_n", "quantize", "quantized_matmul", "tune", "tuned_schedule",
-           "unpack_weights"]
+           "padded_n", "quantize", "quantized_matmul", "set_dependent_launch", "tune",
+           "tuned_schedule", "unpack_weights", "warmup"]
 
 
 def __getattr__(name: str) -> type:

@@ -8,11 +8,12 @@ tilevm.kernels.linear import QuantizedLinear`): importing this module imports no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.matmul import quantized_matmul
+from tilevm.kernels.matmul import quantized_matmul, warmup
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight, quantize
 
@@ -69,6 +70,11 @@ def quantized_linear_class() -> type:
                         device: torch.device | str | None = None) -> QuantizedLinear:
             return cls.from_weight(linear.weight, dtype, group_size, bias=linear.bias,
                                    zero_point=zero_point, device=device)
+
+        def warmup(self, rows: Iterable[int]) -> None:
+            """Tune and prepare the calls of x with each of these row counts (before a
+            CUDA graph capture or `torch.compile`, which cannot tune): `kernels.warmup`."""
+            warmup(self.qweight, rows)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = quantized_matmul(x, self.qweight)

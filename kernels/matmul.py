@@ -31,9 +31,11 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.prebuild import prebuild
@@ -60,6 +62,37 @@ _memory: dict[str, Schedule] = {}  # tuned schedules of this process
 def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None = None,
                      tune: bool = True, out: Any = None) -> Any:
     """`x @ dequantize(qw)` (see the module docstring); `out` (optional) receives it."""
+    plans = _plans.get(id(qw))
+    if plans is not None and out is None and type(x) is _tensor_type():
+        # a call like an earlier one (x of the same shape, dtype, device, contiguous, the
+        # same current stream and arguments): its plan, nothing else to check
+        device = x.get_device()
+        if device >= 0 and x.is_contiguous():
+            stream = _raw_stream(device)
+            plan = plans.get((x.shape, x.dtype, device, stream, schedule, tune))
+            if plan is not None:
+                x_address = x.data_ptr()
+                if x_address % 16 == 0:  # (a view into a larger tensor may be misaligned)
+                    return _run(plan, x_address, stream)
+    return _quantized_matmul(x, qw, schedule, tune, out)
+
+
+def warmup(qw: QuantizedWeight, rows: Iterable[int]) -> None:
+    """Tune (once per machine: the tuning table) and prepare `quantized_matmul(x, qw)` for
+    x of each of these row counts, on the current stream: before a CUDA graph capture or
+    a `torch.compile`d region, which cannot tune."""
+    import torch
+
+    K, _ = qw.shape
+    act = {"f16": torch.float16, "bf16": torch.bfloat16}[qw.scale_dtype.name]
+    for M in rows:
+        quantized_matmul(torch.zeros(M, K, dtype=act, device=qw.packed.device), qw)
+
+
+def _quantized_matmul(x: Any, qw: QuantizedWeight, schedule: Schedule | None, tune: bool,
+                      out: Any) -> Any:
+    """`quantized_matmul`'s first call for a key: every check, the schedule (tuned once),
+    the prepared launches, kept as the key's plan when no `out` was given."""
     import torch
 
     K, N = qw.shape
@@ -69,15 +102,126 @@ def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None =
     if not x2.is_contiguous():
         x2 = x2.contiguous()
     M = x2.shape[0]
-    if out is None:
-        out = torch.empty(*lead, N, dtype=x.dtype, device=x.device)
+    y = out if out is not None else torch.empty(*lead, N, dtype=x.dtype, device=x.device)
     if M == 0:
-        return out
-    if schedule is None:
-        schedule = tuned_schedule(x2, qw) if tune else default_schedule(
+        return y
+    s = schedule
+    if s is None:
+        s = tuned_schedule(x2, qw) if tune else default_schedule(
             M, N, K, qw.group_size, hopper=is_hopper(x2.device), bits=qw.dtype.bits)
-    _launch(x2, qw, out.view(M, N), schedule)
-    return out
+    stream = _raw_stream(x.get_device())
+    plan = _plan(x2, qw, y.view(M, N), s, stream, (*lead, N))
+    if out is None and type(x) is torch.Tensor and x.is_contiguous():
+        _remember(qw, (x.shape, x.dtype, x.get_device(), stream, schedule, tune), plan)
+    return _run(plan, x2.data_ptr(), stream, y)
+
+
+class _Plan(NamedTuple):
+    """A call's launches, prepared (`Kernel.prepare`): everything but x's and y's
+    addresses (and the dequantized W^T's) fixed for one key of `quantized_matmul`."""
+
+    out_shape: tuple[int, ...]
+    dtype: Any  # x's and y's torch dtype
+    device: Any  # their torch device
+    qmm: Any  # the PreparedLaunch of the matmul
+    weights: tuple[int, ...]  # addresses of packed, scales and zero points
+    tail: tuple[int, ...]  # split-K's workspace and counters (after y)
+    dequantize: Any  # the dequantize-then-multiply pair's first launch, or None
+    wt_shape: tuple[int, int]  # (Np, K): W^T, dequantized (that pair only)
+    keep: tuple[Any, ...]  # tensors the addresses point into, kept alive
+
+
+def _run(plan: _Plan, x_address: int, stream: int, y: Any = None) -> Any:
+    """Launch a plan's kernels for x at `x_address` into `y` (a new tensor if None)."""
+    import torch
+
+    if y is None:
+        y = torch.empty(plan.out_shape, dtype=plan.dtype, device=plan.device)
+    if plan.dequantize is None:
+        plan.qmm.submit(stream, (x_address, *plan.weights, y.data_ptr(), *plan.tail))
+        return y
+    # W^T, dequantized: a workspace of the call (torch's caching allocator keeps the
+    # memory for the next one).
+    wt = torch.empty(plan.wt_shape, dtype=plan.dtype, device=plan.device)
+    plan.dequantize.submit(stream, (*plan.weights, wt.data_ptr()))
+    plan.qmm.submit(stream, (x_address, wt.data_ptr(), y.data_ptr()))
+    return y
+
+
+def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
+          shape: tuple[int, ...]) -> _Plan:
+    """The prepared launches of schedule `s` for x[M, K] (contiguous) and y[M, N] on
+    `stream`, for calls whose result has `shape`: checked here once, as a call of each
+    kernel checks its arguments."""
+    import torch
+
+    K, N = qw.shape
+    M = x.shape[0]
+    zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
+    weights = (qw.packed, qw.scales, zeros)
+    addresses = tuple(w.data_ptr() for w in weights)
+    dependent = None if _dependent_launch else False  # None: as the kernel declares
+    if s.dequant:
+        wt = torch.empty(qw.scales.shape[1], K, dtype=x.dtype, device=x.device)
+        dequantize = _dequantizer(qw).prepare(*weights, wt, N, K, dependent=dependent)
+        qmm = _qmm(qw, s, N).prepare(x, wt, y, M, N, K, dependent=dependent)
+        return _Plan(shape, x.dtype, x.device, qmm, addresses, (), dequantize,
+                     tuple(wt.shape), weights)
+    if s.staged or s.shared_weights:
+        qmm = _qmm(qw, s, N).prepare(x, *weights, y, M, N, K, dependent=dependent)
+        return _Plan(shape, x.dtype, x.device, qmm, addresses, (), None, (0, 0), weights)
+    ws, counters = _splitk_buffers(x.device, M, N, s, stream)  # (the kernels that split K)
+    qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K,
+                                 dependent=dependent)
+    return _Plan(shape, x.dtype, x.device, qmm, addresses,
+                 (ws.data_ptr(), counters.data_ptr()), None, (0, 0), (*weights, ws, counters))
+
+
+_dependent_launch = False  # `set_dependent_launch`
+
+
+def set_dependent_launch(enabled: bool) -> None:
+    """Whether the matmul's kernels are launched as dependent launches on sm_90: a kernel
+    starts while the previous one in the stream ends, and waits for it in its code (at
+    entry). Off by default: measured on chains of matmuls it did not pay yet
+    (docs/quantized-matmul.md). Applies to later calls."""
+    global _dependent_launch
+    _dependent_launch = bool(enabled)
+    _plans.clear()
+
+
+# The plans of each QuantizedWeight by call key, while it lives (`quantized_matmul`).
+_plans: dict[int, dict[tuple[Any, ...], _Plan]] = {}
+_PLANS_KEPT = 256  # per weight (a key per M, dtype, device, stream and schedule argument)
+
+
+def _remember(qw: QuantizedWeight, key: tuple[Any, ...], plan: _Plan) -> None:
+    plans = _plans.get(id(qw))
+    if plans is None:
+        plans = _plans[id(qw)] = {}
+        weakref.finalize(qw, _plans.pop, id(qw), None)
+    if len(plans) >= _PLANS_KEPT:
+        plans.clear()
+    plans[key] = plan
+
+
+@functools.cache
+def _tensor_type() -> type:
+    import torch
+
+    return torch.Tensor
+
+
+@functools.cache
+def _stream_reader() -> Any:
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream
+
+
+def _raw_stream(device: int) -> int:
+    """PyTorch's current stream on `device`, as a raw handle."""
+    return _stream_reader()(device)
 
 
 def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
@@ -99,24 +243,9 @@ def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
 
 
 def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
-    K, N = qw.shape
-    M = x.shape[0]
-    zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
-    if s.dequant:
-        import torch
-
-        # W^T, dequantized: a workspace of the call (torch's caching allocator keeps the
-        # memory for the next one).
-        wt = torch.empty(qw.scales.shape[1], K, dtype=x.dtype, device=x.device)
-        _dequantizer(qw)(qw.packed, qw.scales, zeros, wt, N, K)
-        _qmm(qw, s, N)(x, wt, y, M, N, K)
-        return
-    qmm = _qmm(qw, s, N)
-    if s.staged or s.shared_weights:
-        qmm(x, qw.packed, qw.scales, zeros, y, M, N, K)
-        return
-    ws, counters = _splitk_buffers(x.device, M, N, s)  # (the kernels that split K)
-    qmm(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K)
+    """One call of schedule `s` (the tuner's timing loop): prepared and run."""
+    stream = _raw_stream(x.get_device())
+    _run(_plan(x, qw, y, s, stream, tuple(y.shape)), x.data_ptr(), stream, y)
 
 
 # The loaded kernels of this process, by what selects them (cheap keys: every call looks).
@@ -181,10 +310,9 @@ def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
 _splitk: dict[tuple[Any, int], tuple[Any, Any]] = {}
 
 
-def _splitk_buffers(device: Any, M: int, N: int, s: Schedule) -> tuple[Any, Any]:
-    import torch
-
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
+def _splitk_buffers(device: Any, M: int, N: int, s: Schedule, stream: int
+                    ) -> tuple[Any, Any]:
+    key = (device, stream)
     ws, counters = _splitk.get(key, (None, None))
     if s.split_k == 1:  # the kernel reads neither: any pointers do
         return (ws, counters) if ws is not None else _splitk_grow(key, 1, 1)
@@ -271,6 +399,13 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
             return _memory[key]
         except (TypeError, KeyError, ValueError):
             pass  # an entry of another version: tune again
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"quantized_matmul: {key} is not tuned yet, and tuning cannot run while a CUDA "
+            f"graph is being captured: call it once before the capture with this many rows "
+            f"(QuantizedLinear.warmup, kernels.warmup), or pass tune=False")
     schedule, report = tune(x, qw)
     _memory[key] = schedule
     with _lock:

@@ -111,6 +111,10 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
         Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
 
         tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), split_k)
+        # Programmatic dependent launch (sm_90): the next kernel may start now; this one
+        # waits for the previous one here, before touching memory.
+        tv.launch_dependents()
+        tv.wait_prerequisites()
         n0 = tv.block_idx(0) * bn
         m0 = tv.block_idx(1) * bm
         atom_n0 = tv.block_idx(0) * num_warps

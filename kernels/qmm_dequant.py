@@ -69,6 +69,10 @@ def dequantize_kernel(act: DataType | str = "f16") -> Kernel:
         tv.assume(K % group_size == 0)
         Np = tv.cdiv(N, ATOM) * ATOM
         tv.grid(tv.cdiv(Np, bn), K // bk)
+        # Programmatic dependent launch (sm_90): the next kernel may start now; this one
+        # waits for the previous one here, before touching memory.
+        tv.launch_dependents()
+        tv.wait_prerequisites()
         n_tile = tv.block_idx(0)
         n0, k = n_tile * bn, tv.block_idx(1) * bk
         gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
@@ -134,6 +138,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
             n_group, m_tile = tile_of(tv.block_idx(1) * groups_n + tv.block_idx(0) // cluster,
                                       groups_n, tv.cdiv(M, bm), group_m)
             n_tile = n_group * cluster + tv.block_idx(0) % cluster
+        tv.launch_dependents()  # (as in the dequantize kernel above)
+        tv.wait_prerequisites()
         n0, m0 = n_tile * bn, m_tile * bm
         gxt = tv.global_view(x, [K, M], strides=[1, K])
         gwt = tv.global_view(wt, [N, K])

@@ -70,6 +70,10 @@ def qmm_staged_kernel(act: DataType | str = "f16") -> Kernel:
         Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
 
         tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
+        # Programmatic dependent launch (sm_90): the next kernel may start now; this one
+        # waits for the previous one here, before touching memory.
+        tv.launch_dependents()
+        tv.wait_prerequisites()
         gx = tv.global_view(x, [M, K])
         gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, 4 * b])
         gs = tv.global_view(scales, [K // group_size, Np])

@@ -207,6 +207,10 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     tv.assume(K % ATOM == 0)
     Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
     tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
+    # Programmatic dependent launch (sm_90): the next kernel may start now; this one
+    # waits for the previous one here, before touching memory.
+    tv.launch_dependents()
+    tv.wait_prerequisites()
     n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
     n0, m0 = n_tile * bn, m_tile * bm
     gxt = tv.global_view(x, [K, M], strides=[1, K])

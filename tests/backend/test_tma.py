@@ -16,7 +16,7 @@ from kernel_harness import PROGRAMS, load_module
 from tilevm.backend.analysis.signature import Signature, TensorMapSpec, signature_from_program
 from tilevm.backend.analysis.tma import tensor_maps, tma_ring_bound
 from tilevm.backend.cuda import driver
-from tilevm.backend.cuda import kernel as kernel_module
+from tilevm.backend.cuda import prepared as prepared_module
 from tilevm.backend.cuda import tensor_maps as encoding
 from tilevm.backend.cuda.buffers import BufferInfo
 from tilevm.backend.cuda.validate import BoundPointer, BoundScalar
@@ -198,19 +198,17 @@ def test_tma_copies_match_the_interpreter(M, N, stages, bn):
 
 @pytest.mark.gpu
 def test_the_fast_path_launches_with_the_encoded_maps(monkeypatch):
-    """A launch with the arguments of an earlier one takes `_TorchFastPath`, which reuses
-    the maps the general path encoded; new buffers are encoded anew (general path)."""
+    """Torch tensors take `_TorchFastPath`: its prepared launch encodes the maps for the
+    first buffers and reuses them for the same buffers; new buffers are encoded anew."""
     torch = pytest.importorskip("torch")
 
     if not torch.cuda.is_available() or driver.device_arch() != "sm_90":
         pytest.skip("TMA needs sm_90a (Hopper) and PyTorch on CUDA")
-    fast = []
-    launch = kernel_module._TorchFastPath.launch
-    monkeypatch.setattr(kernel_module._TorchFastPath, "launch",
-                        lambda self, args, stream: fast.append(launch(self, args, stream))
-                        or fast[-1])
+    encoded = []
+    encode = prepared_module.encode_tensor_maps
+    monkeypatch.setattr(prepared_module, "encode_tensor_maps",
+                        lambda sig, bound: encoded.append(1) or encode(sig, bound))
     kernel = compiled_kernel(KERNELS.staged_copy.specialize(), "sm_90a")
-    kernel._maps.clear()  # the kernel object is shared with the tests above
     M, N = 130, 200
     x = torch.randn(M, N, device="cuda", dtype=torch.float16)
     y = torch.empty_like(x)
@@ -219,8 +217,8 @@ def test_the_fast_path_launches_with_the_encoded_maps(monkeypatch):
         kernel(x, y, M, N)
         torch.cuda.synchronize()
         assert torch.equal(y, x)
-    assert fast == [False, True] and len(kernel._maps) == 1
+    assert len(encoded) == 1 and kernel._fast is not None
     x2 = torch.randn(M, N, device="cuda", dtype=torch.float16)
     kernel(x2, y, M, N)
     torch.cuda.synchronize()
-    assert torch.equal(y, x2) and fast[-1] is False and len(kernel._maps) == 2
+    assert torch.equal(y, x2) and len(encoded) == 2

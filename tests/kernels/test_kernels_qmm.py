@@ -1,26 +1,30 @@
 """The quantized matmul of tilevm.kernels: the fragments weight format against the PTX
 ISA's mma B-fragment formula, the kernel in the interpreter against a float64
-reference, every weight type compiled without spills, the schedule space, the tuning
-table; on the GPU (marked `gpu`) every weight type of ../shared/BENCHMARKS.md with f16
-and bf16 activations, ragged M and N, zero points, split-K and `QuantizedLinear`
-against a float64 `x @ dequantize(W)`."""
+reference (every kernel family the tuner can pick at any N and K = 3 groups, nothing
+stored past y), every weight type compiled without spills, the schedule space, the
+tuning table; on the GPU (marked `gpu`) every weight type of ../shared/BENCHMARKS.md with
+f16 and bf16 activations, ragged M and N (issue 43's N in {1, 7, 100, 4100, 12289} with
+K = 3 groups for every family), zero points, split-K and `QuantizedLinear` against a
+float64 `x @ dequantize(W)`."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import re
+import zlib
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from kernel_harness import ROOT, SPILL_SLACK, compile_once, ptx_as_compiled_for, ptxas_report
+from kernel_harness import ROOT, SPILL_SLACK, compile_once, ptxas_report
 
 from tilevm import dtypes
 from tilevm.ir.errors import VMError
 from tilevm.kernels import matmul, schedule
 from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
+from tilevm.kernels.qmm_dequant import dequantize_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import (
     WGMMA_HALF_ATOM_TILES,
@@ -30,6 +34,7 @@ from tilevm.kernels.schedule import (
     candidates,
     default_schedule,
     dequant_schedule,
+    k_tile,
     staged,
     wgmma,
     wgmma_tile,
@@ -111,26 +116,39 @@ def _problem(wdtype: str, M: int, N: int, K: int, g: int, zeros: bool, seed: int
     return x, qw, ref
 
 
+GUARD = 64  # NaN elements after y: a store past its M x N elements would overwrite them
+
+
 def _interpret(x, qw, s: Schedule) -> np.ndarray:
+    """y = x @ W by the kernel(s) schedule `s` selects, launched as `kernels.matmul`
+    launches them, into y's M * N elements followed by `GUARD` NaNs that must stay."""
     K, N = qw.shape
     M = x.shape[0]
     zeros = qw.zeros if qw.zeros is not None else qw.scales
-    constants = dict(wdtype=qw.dtype, group_size=qw.group_size,
-                     has_zeros=qw.zeros is not None, **s.constants())
-    y = np.full((M, N), np.nan, np.float16)
+    weights = dict(wdtype=qw.dtype, group_size=qw.group_size, has_zeros=qw.zeros is not None)
+    constants = weights | s.constants()
+    buffer = np.full(M * N + GUARD, np.nan, np.float16)
+    y = buffer[:M * N]  # (the kernels view it as [M, N])
     if s.wgmma:  # as `kernels.matmul` launches them
         constants["wide_stores"] = N % 8 == 0
-    if s.staged or s.shared_weights:
+    if s.dequant:  # W^T [Np, K] dequantized, then the matmul of x by it
+        wt = np.full((qw.scales.shape[1], K), np.nan, np.float16)
+        dequantize_kernel("f16").interpret(qw.packed, qw.scales, zeros, wt, N, K, **weights,
+                                           bk=k_tile(qw.group_size))
+        schedule_kernel(s).interpret(x, wt, y, M, N, K, **s.constants(),
+                                     wide_stores=N % 8 == 0)
+    elif s.staged or s.shared_weights:
         schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                      **constants)
-        return y
-    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
-    ws = np.full(floats, np.nan, np.float32)
-    counters = np.zeros(tiles, np.int32)
-    schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N, K,
-                                 **constants)
-    assert not counters.any()  # left at zero for the next call
-    return y
+    else:
+        floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
+        ws = np.full(floats, np.nan, np.float32)
+        counters = np.zeros(tiles, np.int32)
+        schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, ws, counters, M, N,
+                                     K, **constants)
+        assert not counters.any()  # left at zero for the next call
+    assert np.isnan(buffer[M * N:]).all()  # nothing stored past y's M x N
+    return y.reshape(M, N)
 
 
 def _tolerance(x, qw, ref) -> float:
@@ -219,6 +237,72 @@ def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
     assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
 
 
+# ---- any N, K = 3 groups -----------------------------------------------------------------------
+
+ACCEPTANCE_N = (1, 7, 100, 4100, 12289)  # issue 43: N the format pads, the kernels mask
+
+
+def kernel_family(s: Schedule) -> str:
+    """The kernel a schedule runs and which of its code paths (those that differ in how
+    the edges of K and N are handled: split-K, x through shared memory or not, W as the
+    mma A operand, half atoms, the k-tiles of a loop iteration)."""
+    if s.dequant or s.staged:
+        return "dequant" if s.dequant else "staged"
+    if s.wgmma:
+        return "wgmma" + " shared_weights" * s.shared_weights + " half_atoms" * s.half_atoms \
+            + " split_k" * (s.split_k > 1)
+    return "streaming" + " swap_ab" * s.swap_ab + " x_global" * (not s.x_shared) \
+        + " split_k" * (s.split_k > 1) + " unroll" * (s.unroll > 1)
+
+
+def tuner_families(N: int, K: int, g: int, bits: int) -> dict[str, Schedule]:
+    """One schedule of each kernel family that the tuner can pick for N x K weights of
+    `bits`-bit codes in groups of g (the first of its candidates, over every M bucket, on
+    Hopper and elsewhere)."""
+    found: dict[str, Schedule] = {}
+    for hopper in (False, True):
+        for M in (*matmul.M_BUCKETS, 8192):
+            for s in candidates(M, N, K, g, hopper=hopper, bits=bits):
+                found.setdefault(kernel_family(s), s)
+    return found
+
+
+def _families_by_smallest_group(bits: int, groups: tuple[int, ...]) -> list[tuple[int, Schedule]]:
+    """(g, schedule) for each family of `tuner_families` at K = 3g, at its smallest g."""
+    found: dict[str, tuple[int, Schedule]] = {}
+    for g in sorted(groups):
+        for family, s in tuner_families(100, 3 * g, g, bits).items():
+            found.setdefault(family, (g, s))
+    return sorted(found.values(), key=lambda gs: kernel_family(gs[1]))
+
+
+INTERPRETED_FAMILIES = _families_by_smallest_group(4, (32, 64, 128))
+
+
+def test_every_family_is_interpreted():
+    """The families of the test below are those the tuner picks from: the streaming kernel
+    (x through shared memory or not, swapped, split-K), the staged one, and on Hopper the
+    wgmma kernel (half atoms, split-K where K allows it), shared weights, the dequantize
+    pair."""
+    families = {kernel_family(s) for _, s in INTERPRETED_FAMILIES}
+    assert {"streaming", "streaming x_global", "streaming swap_ab", "streaming split_k",
+            "staged", "wgmma", "wgmma half_atoms", "wgmma shared_weights",
+            "dequant"} <= families
+
+
+@pytest.mark.parametrize("g, s", INTERPRETED_FAMILIES,
+                         ids=[f"g{g}-{kernel_family(s)}".replace(" ", "-")
+                              for g, s in INTERPRETED_FAMILIES])
+def test_ragged_n_and_three_groups_of_k_in_the_interpreter(g, s):
+    """N = 7 and 100 (not a multiple of 8: a block's columns past N are neither read past
+    the padded weights nor stored) and K = 3 groups, for each family the tuner can pick,
+    the schedule as `candidates` gives it."""
+    for wdtype, zeros, M, N in (("uint4", True, 3, 7), ("int4", False, 2, 100)):
+        x, qw, ref = _problem(wdtype, M, N, 3 * g, g, zeros, seed=N)
+        y = _interpret(x, qw, s)
+        assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref), str(s)
+
+
 # ---- compiled for the GPU (CPU) ---------------------------------------------------------------
 
 def _default_program(wdtype: str, M: int):
@@ -229,22 +313,14 @@ def _default_program(wdtype: str, M: int):
     return s, kernel.specialize(wdtype=dtypes.parse(wdtype), group_size=128, **s.constants())
 
 
-@pytest.mark.parametrize("M", [16, 4096])
-def test_the_ptx_for_sm_80_and_sm_90_differs_only_in_its_target(M):
-    """What lets the spill test below compile each (type, M) once for both arches
-    (`ptx_as_compiled_for`): the arch changes only ptxas' work, not the PTX."""
-    _, program = _default_program("int3", M)
-    sm_80, sm_90 = (compile_once(program, arch).ptx for arch in ("sm_80", "sm_90"))
-    assert ".target sm_80" in sm_80
-    assert sm_80.replace(".target sm_80", ".target sm_90", 1) == sm_90
-
-
 @pytest.mark.parametrize("M", [1, 16, 4096])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("wdtype", BENCH_TYPES)
 def test_every_weight_type_compiles_without_spills(wdtype, arch, M):
     s, program = _default_program(wdtype, M)
-    ptx = ptx_as_compiled_for(program, arch)  # (one compile for both arches: test above)
+    # (each arch's own PTX: sm_90's waits for the previous kernel, `griddepcontrol`,
+    # which LLVM orders loads around)
+    ptx = compile_once(program, arch).ptx
     report = ptxas_report(ptx, arch)[program.name]
     assert max(report.spill_stores, report.spill_loads) <= SPILL_SLACK, str(report)
     assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix" in ptx
@@ -363,12 +439,17 @@ def _gpu_case(wdtype: str, act: str, M: int, N: int, K: int, g: int, zeros: bool
 
     from tilevm.kernels import quantized_matmul
 
-    torch.manual_seed(hash((wdtype, act, M, N)) % 1000)
+    torch.manual_seed(zlib.crc32(f"{wdtype} {act} {M} {N}".encode()))  # (not `hash`:
+    # a str's is salted per process, so a failure would not repeat)
     tdt = torch.float16 if act == "f16" else torch.bfloat16
     w = torch.randn(K, N, device="cuda")
     qw = quantize(w.to(tdt), wdtype, g, zero_point=zeros, format=FRAGMENTS)
     x = torch.randn(M, K, device="cuda").to(tdt)
     y = quantized_matmul(x, qw, schedule=s, tune=False)
+    buffer = torch.full((M * N + GUARD,), float("nan"), dtype=tdt, device="cuda")
+    quantized_matmul(x, qw, schedule=s, tune=False, out=buffer[:M * N].view(M, N))
+    assert torch.isnan(buffer[M * N:]).all()  # nothing stored past y's M x N
+    assert torch.equal(buffer[:M * N].view(M, N), y)  # (deterministic: split-K too)
     ref = x.double() @ qw.dequantize().double()
     wq = qw.dequantize().to(tdt).double()  # the kernel rounds each weight to `act` once
     bound = (2.0 ** -7 if act == "bf16" else 2.0 ** -10) * (
@@ -471,6 +552,29 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     _skip_unless_hopper()
     _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
+
+
+# Issue 43's acceptance: each (weights, group size, family the tuner can pick at K = 3g).
+GPU_RAGGED = [(wdtype, act, zeros, g, s)
+              for wdtype, act, zeros in (("int4", "f16", False), ("uint3", "bf16", True))
+              for g in (32, 128)
+              for s in tuner_families(ACCEPTANCE_N[-1], 3 * g, g,
+                                      dtypes.parse(wdtype).bits).values()]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, g, s", GPU_RAGGED,
+                         ids=[f"{w}-g{g}-{kernel_family(s)}".replace(" ", "-")
+                              for w, _, _, g, s in GPU_RAGGED])
+def test_gpu_any_n_and_three_groups_of_k(wdtype, act, zeros, g, s):
+    """N in `ACCEPTANCE_N` (1, 7, 100, 4100, 12289: none a multiple of 8), K = 3 groups,
+    M = 1, 16, 64, for every kernel family the tuner can pick, each with the schedule its
+    candidates give."""
+    if s.wgmma:
+        _skip_unless_hopper()
+    for N in ACCEPTANCE_N:
+        for M in (1, 16, 64):
+            _gpu_case(wdtype, act, M, N, 3 * g, g, zeros, s)
 
 
 @pytest.mark.gpu
