@@ -13,7 +13,12 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.matmul import quantized_matmul, warmup
+from tilevm.kernels.matmul import (
+    quantized_matmul,
+    register_torch_op,
+    remember_weights,
+    warmup,
+)
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight, quantize
 
@@ -31,6 +36,8 @@ def quantized_linear_class() -> type:
     """The `QuantizedLinear` class (made once; this imports torch)."""
     import torch
 
+    register_torch_op()  # its forward is `tilevm::quantized_matmul` when traced
+
     class QuantizedLinear(torch.nn.Module):
         """Like `torch.nn.Linear(in_features, out_features)`, with the weight held as b-bit
         codes and per-group scales. Build it from a float layer or weight:
@@ -46,6 +53,7 @@ def quantized_linear_class() -> type:
             if qweight.format != FRAGMENTS:
                 raise ValueError("QuantizedLinear needs weights in the 'fragments' format")
             self.qweight = qweight
+            remember_weights(qweight)  # for `tilevm::quantized_matmul` when traced
             self.in_features, self.out_features = qweight.shape
             self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
 

@@ -61,7 +61,13 @@ _memory: dict[str, Schedule] = {}  # tuned schedules of this process
 
 def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None = None,
                      tune: bool = True, out: Any = None) -> Any:
-    """`x @ dequantize(qw)` (see the module docstring); `out` (optional) receives it."""
+    """`x @ dequantize(qw)` (see the module docstring); `out` (optional) receives it.
+    Traced by `torch.compile`, it is the custom operator `tilevm::quantized_matmul`."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return torch.ops.tilevm.quantized_matmul(x, qw.packed, qw.scales, qw.zeros,
+                                                 qw.dtype.name, qw.group_size, qw.shape[1])
     plans = _plans.get(id(qw))
     if plans is not None and out is None and type(x) is _tensor_type():
         # a call like an earlier one (x of the same shape, dtype, device, contiguous, the
@@ -95,6 +101,7 @@ def _quantized_matmul(x: Any, qw: QuantizedWeight, schedule: Schedule | None, tu
     the prepared launches, kept as the key's plan when no `out` was given."""
     import torch
 
+    register_torch_op()
     K, N = qw.shape
     _check(x, qw, K)
     lead = tuple(x.shape[:-1])
@@ -114,6 +121,61 @@ def _quantized_matmul(x: Any, qw: QuantizedWeight, schedule: Schedule | None, tu
     if out is None and type(x) is torch.Tensor and x.is_contiguous():
         _remember(qw, (x.shape, x.dtype, x.get_device(), stream, schedule, tune), plan)
     return _run(plan, x2.data_ptr(), stream, y)
+
+
+# ---- the PyTorch custom operator ----------------------------------------------------------
+
+# The weights of eager calls and of QuantizedLinear layers, by packed tensor (weakly): what
+# the operator's implementation, given the tensors, calls with.
+_by_packed: weakref.WeakValueDictionary[int, QuantizedWeight] = weakref.WeakValueDictionary()
+
+
+@functools.cache
+def register_torch_op() -> None:
+    """Register `tilevm::quantized_matmul(x, packed, scales, zeros, wdtype, group_size, n)`
+    with `torch.library` (once; imports torch): a custom operator with a fake
+    implementation (the result's shape and dtype), so that `torch.compile(fullgraph=True)`
+    traces calls without a graph break. Its implementation is the eager call; tuning
+    (a synchronizing loop) cannot run in a captured graph: `warmup` first."""
+    import torch
+
+    @torch.library.custom_op("tilevm::quantized_matmul", mutates_args=(), schema=(
+        "(Tensor x, Tensor packed, Tensor scales, Tensor? zeros, str wdtype, int group_size, "
+        "int n) -> Tensor"))
+    def op(x, packed, scales, zeros, wdtype, group_size, n):  # type: ignore[no-untyped-def]
+        return quantized_matmul(x, _weights_of(x, packed, scales, zeros, wdtype, group_size,
+                                               n))
+
+    @op.register_fake
+    def _(x, packed, scales, zeros, wdtype, group_size, n):  # type: ignore[no-untyped-def]
+        return x.new_empty((*x.shape[:-1], n))
+
+
+def remember_weights(qw: QuantizedWeight) -> None:
+    """Let the operator's implementation find `qw` by its packed tensor (`_weights_of`)."""
+    _by_packed[id(qw.packed)] = qw
+
+
+# Weights the operator met without a QuantizedWeight (checked once), by packed tensor.
+_adopted: dict[int, QuantizedWeight] = {}
+
+
+def _weights_of(x: Any, packed: Any, scales: Any, zeros: Any, wdtype: str,
+                group_size: int, n: int) -> QuantizedWeight:
+    """The `QuantizedWeight` whose tensors these are: the traced call's (`_by_packed`), or
+    one built (and checked) once, while `packed` lives."""
+    qw = _by_packed.get(id(packed)) or _adopted.get(id(packed))
+    if qw is not None and qw.packed is packed and qw.scales is scales and qw.zeros is zeros:
+        return qw
+    qw = QuantizedWeight(packed, scales, zeros, wdtype, group_size, (x.shape[-1], n),
+                         FRAGMENTS)
+    _adopted[id(packed)] = qw
+    weakref.finalize(packed, _adopted.pop, id(packed), None)
+    return qw
+
+
+if "torch" in sys.modules:  # (else on the first eager call, or QuantizedLinear's first use)
+    register_torch_op()
 
 
 class _Plan(NamedTuple):
@@ -196,6 +258,7 @@ _PLANS_KEPT = 256  # per weight (a key per M, dtype, device, stream and schedule
 
 
 def _remember(qw: QuantizedWeight, key: tuple[Any, ...], plan: _Plan) -> None:
+    remember_weights(qw)
     plans = _plans.get(id(qw))
     if plans is None:
         plans = _plans[id(qw)] = {}
