@@ -78,6 +78,11 @@ class PreparedLaunch:
         self._lock = threading.Lock()
         self._drv = driver.bindings()
         self._success = self._drv.CUresult.CUDA_SUCCESS
+        # One `pack_into` writes every pointer slot and skips the scalars' (pad bytes)
+        last = self._pointer_slots[-1] + 1 if self._pointer_slots else 0
+        self._pointer_writer = struct.Struct("=" + "".join(
+            "Q" if i in self._pointer_slots else "8x" for i in range(last)))
+        self._launch_head = (function, *grid, *block, shared_bytes)
         self._configs: dict[int, Any] = {}  # cuLaunchKernelEx's config, per stream
 
     def _params_for(self, pointers: tuple[int, ...]) -> tuple[int, Any]:
@@ -106,6 +111,9 @@ class PreparedLaunch:
     def launch(self, stream: int, *pointers: int) -> None:
         """Launch on `stream` (a raw `CUstream` handle, 0 for the default stream) with
         these addresses for `pointer_params`, in order (module docstring)."""
+        if len(pointers) != len(self.alignments):
+            raise TypeError(f"kernel {self.name}: launch takes {len(self.alignments)} "
+                            f"addresses ({', '.join(self.pointer_params)}), got {len(pointers)}")
         for address, align in zip(pointers, self.alignments):
             if address % align:
                 self._misaligned(pointers)
@@ -115,18 +123,15 @@ class PreparedLaunch:
         """`launch` for addresses known to be aligned (`alignments`)."""
         if self.empty:
             return
-        slots = self._slots
         with self._lock:
-            for slot, address in zip(self._pointer_slots, pointers):
-                slots[slot] = address
+            self._pointer_writer.pack_into(self._slots, 0, *pointers)
             params = self._params_for(tuple(pointers))[0] if self._tensor_maps \
                 else self._params[0]
             if self.dependent:
                 result = self._drv.cuLaunchKernelEx(self._config(stream), self.function,
                                                     params, 0)
             else:
-                result = self._drv.cuLaunchKernel(self.function, *self.grid, *self.block,
-                                                  self.shared_bytes, stream, params, 0)
+                result = self._drv.cuLaunchKernel(*self._launch_head, stream, params, 0)
         if result[0] != self._success:
             driver.call(f"cuLaunchKernel({self.name})", result)
 
