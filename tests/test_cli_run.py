@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from kernel_harness import ROOT, vmc
 
-from tilevm import gpu_run
 from tilevm.backend.cuda import driver
-from tilevm.cli import agreement
+from tilevm.cli import gpu_run
+from tilevm.cli.run import agreement
 from tilevm.ir.errors import VMError
 from tilevm.vm import interpreter
 from tilevm.vm.frontend import Kernel

@@ -34,10 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "vm": {"dtypes", "layouts", "ir"},
     "backend": {"dtypes", "layouts", "ir"},
     "examples": {"dtypes", "layouts", "ir", "vm"},
-    "kernels": {"dtypes", "layouts", "ir", "vm", "backend"},
-    "bench": {"dtypes", "layouts", "ir", "vm", "backend", "kernels", ""},
-    "cli": {"dtypes", "layouts", "ir", "vm", "backend", "kernels", "examples", "bench", ""},
-    "": {"dtypes", "layouts", "ir", "vm", "backend", "kernels", "examples", "bench", "cli"},
+    "cost": {"dtypes", "layouts", "ir", "backend"},  # of the backend, analysis only (below)
+    "kernels": {"dtypes", "layouts", "ir", "vm", "backend", "cost"},
+    "bench": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", ""},
+    "cli": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", "examples", "bench",
+            ""},
+    "": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", "examples", "bench",
+         "cli"},
 }
 SUBPACKAGES = {name for name in ALLOWED if name and (ROOT / name / "__init__.py").exists()}
 
@@ -101,7 +104,7 @@ def imports_of(path: Path, source: str | None = None,
 
 
 def part_of(module: str) -> str:
-    """The top-level part of a tilevm module ("" = the root package, "cli" = cli.py)."""
+    """The top-level part of a tilevm module ("" = the root package, "cli" = cli/)."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in SUBPACKAGES | {"cli"} else ""
 
@@ -136,6 +139,16 @@ def test_backend_layers(path: Path):
     bad = used - BACKEND_LAYERS[layer] - {layer}
     assert not bad, f"{path.relative_to(ROOT)} (backend/{layer}) imports backend " \
                     f"{sorted(bad)}; it may import {sorted(BACKEND_LAYERS[layer]) or 'none'}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "cost").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_cost_model_reads_only_the_backends_analysis(path: Path):
+    """The cost model reads facts about a program (backend/analysis), never the code
+    generator or the runtime: it runs on any machine, before anything is compiled."""
+    used = {backend_layer(t) for _, targets in imports_of(path) for t in targets
+            if t.startswith(f"{PACKAGE}.backend")}
+    assert used <= {"analysis"}, f"{path.relative_to(ROOT)} imports backend {sorted(used)}"
 
 
 def misplaced_imports(path: Path, source: str | None = None) -> list[str]:
@@ -218,16 +231,16 @@ def test_the_checkers_can_fail(tmp_path: Path):
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-LIGHT_LAYERS = ("analysis", "passes")
+LIGHT_LAYERS = ("backend/analysis", "backend/passes", "cost")
 
 
-def test_analysis_and_passes_need_neither_llvmlite_nor_cuda():
-    """Import every module of backend/analysis and backend/passes in a fresh interpreter
-    where llvmlite and cuda-python cannot be imported. The packages `tilevm` and
-    `tilevm.backend` are stood in by bare packages so that their `__init__` re-exports
-    (which do need llvmlite) are not what is tested."""
+def test_analysis_passes_and_cost_need_neither_llvmlite_nor_cuda():
+    """Import every module of backend/analysis, backend/passes and cost in a fresh
+    interpreter where llvmlite and cuda-python cannot be imported. The packages `tilevm`
+    and `tilevm.backend` are stood in by bare packages so that their `__init__`
+    re-exports (which do need llvmlite) are not what is tested."""
     modules = [module_name(p) for layer in LIGHT_LAYERS
-               for p in sorted((ROOT / "backend" / layer).rglob("*.py"))]
+               for p in sorted((ROOT / layer).rglob("*.py"))]
     assert modules, "backend/analysis and backend/passes hold no module"
     stand_ins = (("tilevm", str(ROOT)), ("tilevm.backend", str(ROOT / "backend")))
     script = textwrap.dedent(f"""

@@ -2,7 +2,7 @@
 
 Every example runs in the reference interpreter on fresh random inputs, ragged shapes
 included, and matches its float64 numpy reference under `vmc run`'s criterion
-(`tilevm.cli.compare`: the final rounding to the output type plus f32 accumulation).
+(`tilevm.cli.common.compare`: the final rounding to the output type plus f32 accumulation).
 Every example's program passes the verifier and round-trips through the IR text.
 """
 
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from kernel_harness import ROOT
 
 from tilevm import dtypes
-from tilevm.cli import DEFAULT_ATOL, compare, main
+from tilevm.cli import main
+from tilevm.cli.common import DEFAULT_ATOL, compare
 from tilevm.ir.errors import VMError
 from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program

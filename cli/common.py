@@ -1,0 +1,148 @@
+"""What the `vmc` commands share: the user's error, `--set` values, loading a kernel from
+a Python file, and `vmc run`'s pass/fail criterion."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from tilevm import dtypes
+from tilevm.vm.frontend import Kernel
+
+
+class CLIError(Exception):
+    """A problem with what the user asked for; printed without a traceback."""
+
+
+DEFAULT_ATOL = 2.0 ** -16
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """`name=value`: the value as a Python literal (17, 0.5, True, (1, 2), 'x') or a data
+    type name (int3, f16)."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name.isidentifier():
+        raise CLIError(f"--set takes name=value (name a Python identifier), got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return name, dtypes.parse(value)
+    except dtypes.DTypeError:
+        pass
+    raise CLIError(f"--set {name}: {value!r} is neither a Python literal (17, 0.5, True, "
+                   "'text') nor a data type name (int3, f16, ...)")
+
+
+def load_module(path: str) -> object:
+    if not os.path.isfile(path):
+        raise CLIError(f"no such file: {path}")
+    name = "_vmc_run_" + "".join(c if c.isalnum() else "_" for c in
+                                 os.path.splitext(os.path.basename(path))[0])
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CLIError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's module: report it, without a traceback
+        sys.modules.pop(name, None)
+        raise CLIError(f"importing {path} failed: {type(err).__name__}: {err}") from None
+    finally:
+        if sys.path and sys.path[0] == folder:
+            sys.path.pop(0)
+    return module
+
+
+def find_kernel(module: object, path: str, wanted: str | None):
+    found: dict[str, Kernel] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, Kernel) and all(value is not k for k in found.values()):
+            found[attr] = value
+    if not found:
+        raise CLIError(f"{path} defines no kernel (a function decorated with @tv.kernel)")
+    if wanted is None:
+        if len(found) > 1:
+            raise CLIError(f"{path} defines {len(found)} kernels ({', '.join(found)}); name "
+                           f"one: {path}:{next(iter(found))}")
+        return next(iter(found.values()))
+    if wanted in found:
+        return found[wanted]
+    by_name = [k for k in found.values() if k.name == wanted]
+    if len(by_name) == 1:
+        return by_name[0]
+    raise CLIError(f"{path} has no kernel {wanted!r}; its kernels: {', '.join(found)}")
+
+
+def protocol(module: object, path: str, name: str, what: str):
+    func = getattr(module, name, None)
+    if not callable(func):
+        raise CLIError(f"{path} defines no {what}; vmc run needs it (see vmc run --help)")
+    return func
+
+
+def describe_args(kernel, args: Sequence[object]) -> str:
+    parts = []
+    for param, arg in zip(kernel.signature.params, args):
+        if isinstance(arg, np.ndarray):
+            parts.append(f"{param.name} {arg.dtype}{list(arg.shape)}")
+        else:
+            parts.append(f"{param.name}={arg!r}")
+    return ", ".join(parts)
+
+
+def compare(got, expected, atol: float = DEFAULT_ATOL) -> tuple[bool, dict[str, float]]:
+    """The pass/fail criterion of `vmc run` (see RUN_DESCRIPTION) for one output array:
+    (passed, {"max_abs": ..., "max_rel": ..., "worst": max error / tolerance}). The
+    relative error of an element is `|got - ref| / max(|ref|, atol * max|ref|)` (elements
+    far smaller than the output's scale are judged against that scale)."""
+    got_arr = np.asarray(got)
+    ref = np.asarray(expected, dtype=np.float64)
+    if got_arr.shape != ref.shape:
+        if got_arr.size != ref.size:
+            raise CLIError(f"the reference has shape {ref.shape}, the output {got_arr.shape}")
+        ref = ref.reshape(got_arr.shape)
+    exact = got_arr.dtype.kind in "iub"
+    rtol = 0.0 if exact else float(np.finfo(got_arr.dtype).eps)
+    values = got_arr.astype(np.float64)
+    finite_ref = np.isfinite(ref)
+    scale = float(np.abs(ref[finite_ref]).max()) if finite_ref.any() else 0.0
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        err = np.abs(values - ref)
+        err = np.where((values == ref) | (np.isnan(values) & np.isnan(ref)), 0.0, err)
+        err = np.where(np.isnan(err), np.inf, err)
+        tol = rtol * np.abs(np.where(finite_ref, ref, 0.0)) + (0.0 if exact else atol * scale)
+        rel = np.where(err == 0, 0.0, err / np.maximum(np.abs(ref), atol * scale))
+        worst = np.where(err == 0, 0.0, err / tol)
+    stats = {"max_abs": float(err.max(initial=0.0)), "max_rel": float(rel.max(initial=0.0)),
+             "worst": float(worst.max(initial=0.0))}
+    return bool((err <= tol).all()), stats
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`FILE.py[:KERNEL]` -> (path, kernel name or None)."""
+    head, sep, tail = target.rpartition(":")
+    if sep and tail.isidentifier() and head:
+        return head, tail
+    return target, None
