@@ -9,6 +9,9 @@
                              run an example program on random inputs on the GPU and in the
                              reference interpreter (--interpret: the interpreter only),
                              check it against its float64 reference, time the kernel
+    vmc analyze FILE.py[:KERNEL] [--set ...] [--arg M=...] [--gpu h100] [--json]
+                             the cost model of one launch: bytes per memory level, FLOPs
+                             per unit, occupancy, waves, the bound and the prediction
     vmc bench qmm OUT_DIR [options]
                              the quantized matmul benchmark on the GPU (tilevm.bench.qmm;
                              `vmc bench qmm --help` lists its options)
@@ -27,7 +30,7 @@ from tilevm.backend import pipeline, ptxas
 from tilevm.backend.analysis import target
 from tilevm.backend.llvm.codegen import generate
 from tilevm.bench import qmm
-from tilevm.cli import run
+from tilevm.cli import analyze, run
 from tilevm.cli.common import CLIError, find_kernel, load_module, parse_setting, split_target
 from tilevm.ir.errors import VMError
 from tilevm.ir.printer import format_program
@@ -182,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_layout)
 
     run.add_parser(sub)
+    analyze.add_parser(sub)
 
     p = sub.add_parser(
         "bench", help="run a benchmark on the GPU (JSON, Markdown, plot)",

@@ -1,0 +1,78 @@
+"""The bound and the prediction (`cost.model`) and `vmc analyze`: each term is its count
+over the GPU's ceiling, the bound is the largest, and the command prints the model's
+numbers for a compiled kernel."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from kernel_harness import ROOT, vmc
+
+from tilevm.bench.examples import load_example
+from tilevm.cost import hardware
+from tilevm.cost.model import TERMS, Resources, estimate
+from tilevm.cost.traffic import analyze_traffic
+
+M, N, K = 512, 384, 256
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    return load_example("matmul").matmul.specialize()
+
+
+def test_terms_are_counts_over_ceilings_and_the_bound_is_the_largest(matmul):
+    gpu = hardware.gpu("h100")
+    scalars = {"M": M, "N": N, "K": K}
+    e = estimate(matmul, scalars, gpu, Resources(128, 64, 0))
+    traffic = analyze_traffic(matmul, scalars, l2_bytes=gpu.l2_bytes)
+    assert e.traffic == traffic
+    assert e.seconds["dram"] == traffic.dram / gpu.dram_bandwidth
+    assert e.seconds["tensor_core"] == 2 * M * N * K / gpu.tensor_peak
+    assert e.seconds["convert"] == 0
+    assert e.bound_s == max(e.seconds.values()) == e.seconds[e.bound_term]
+    assert e.blocks == math.prod(traffic.grid)
+    # the compute terms pay for a partial last wave, the DRAM term does not
+    quantization = e.waves.waves / (e.blocks / e.waves.slots)
+    assert e.predicted_s == max(e.seconds["dram"], *(e.seconds[t] * quantization
+                                                     for t in TERMS[1:]))
+    assert e.fraction_of_bound(2 * e.bound_s) == 0.5
+    with pytest.raises(ValueError, match="positive"):
+        e.fraction_of_bound(0.0)
+
+
+def test_measured_ceilings_replace_the_tables(matmul):
+    gpu = hardware.gpu("h100")
+    slower = hardware.with_measured(gpu, copy_bandwidth=gpu.dram_bandwidth / 2)
+    scalars = {"M": M, "N": N, "K": K}
+    a = estimate(matmul, scalars, gpu, Resources(128, 64, 0))
+    b = estimate(matmul, scalars, slower, Resources(128, 64, 0))
+    assert b.seconds["dram"] == 2 * a.seconds["dram"]
+
+
+def test_vmc_analyze_json_has_the_launchs_counts(capsys):
+    status, out, err = vmc(capsys, "analyze", str(ROOT / "examples" / "matmul.py"), "--arg",
+                           f"M={M}", "--arg", f"N={N}", "--arg", f"K={K}", "--gpu", "h100",
+                           "--registers", "64", "--json")
+    assert status == 0, err
+    report = json.loads(out)
+    bm = bn = 32  # the example's default block tile
+    assert report["transfers"]["global->register"] == 2 * M * K * (N // bn) + \
+        2 * K * N * (M // bm)
+    assert report["transfers"]["register->global"] == 2 * M * N  # f16 output
+    assert report["flops"]["tensor_core"] == 2 * M * N * K
+    assert report["occupancy"]["blocks_per_sm"] >= 1 and report["occupancy"]["waves"] >= 1
+    assert report["bound"]["term"] in TERMS and report["predicted_us"] >= report["bound"]["us"]
+    assert report["resources"]["registers_per_thread"] == 64
+
+
+def test_vmc_analyze_errors(capsys):
+    path = str(ROOT / "examples" / "matmul.py")
+    status, _, err = vmc(capsys, "analyze", path, "--arg", "M=4", "--gpu", "b200")
+    assert status == 2 and "b200" in err and "h100" in err
+    status, _, err = vmc(capsys, "analyze", path, "--arg", "M=4", "--registers", "64")
+    assert status == 2 and "N" in err
+    status, _, err = vmc(capsys, "analyze", path, "--arg", "M=4.5", "--registers", "64")
+    assert status == 2 and "integers" in err
