@@ -27,17 +27,16 @@ computes the rows `[i * block_q, (i + 1) * block_q)` of slice `bh`. It shows
   so the exponentials are `exp2`;
 - two phases of the kv loop (a Python loop over a compile-time flag, so the body is
   traced twice): the key tiles every row of the block sees whole run unmasked; the rest
-  (the tiles on the causal diagonal, or the last ragged tile) add a mask of 0 / -inf.
-  Causal blocks skip every key tile past the diagonal.
+  (the tiles on the causal diagonal, or the last ragged tile) set the scores of the keys
+  a row must not see to -inf. Causal blocks skip every key tile past the diagonal.
 
-The masks. The language has no tile of element indices (an `iota`), so a mask cannot be
-computed from the row and column numbers. The block instead builds one *band* in shared
-memory at the start, `band[r, x] = 0 for r <= x < r + block_q, else -inf`, and reads
-each mask out of it at a runtime column offset: the causal mask of the key tile `j`
-columns right of the diagonal (`key <= query` iff `j + c <= r`) is
-`band[:, block_q - 1 + j :][:, :block_kv]`, and the mask of the keys `c <= E` (keys
-before S) is row 0 at column `block_q - 1 - E`. Rows of q past S compute on zeros and
-are never stored.
+The masks come from index tiles (`tv.arange`), compared with runtime offsets: in the
+slice of keys `kv0 + j + c` (c < K_STEP) of the rows `q0 + r`, the causal mask keeps
+`kv0 + j + c <= q0 + r`, i.e. `c - r <= q0 - kv0 - j` (one `[block_q, K_STEP]` tile of
+`c - r` in s's layout, against a scalar), and the ragged mask keeps the keys before S,
+`c < S - kv0 - j` (a `[1, K_STEP]` row, broadcast over the rows). Each thread computes
+the indices of the elements it holds from its thread index: no memory, no
+synchronization. Rows of q past S compute on zeros and are never stored.
 
     vmc run examples/attention.py --interpret --set S=40 --set causal=True
 """
@@ -96,7 +95,6 @@ def make_attention(dtype: DataType) -> tv.Kernel:
         kts = tv.alloc_shared(dtype, [d, block_kv],
                               layout=swizzled([block_kv, d], dtype).permute((1, 0)))
         vs = tv.alloc_shared(dtype, [block_kv, d])
-        band = tv.alloc_shared(tv.f16, [block_q, 2 * block_q])
 
         # Prologue: q with the first K tile (one group), the first V tile (the next).
         tv.copy_async(qs, gq, [q0, 0])
@@ -104,11 +102,6 @@ def make_attention(dtype: DataType) -> tv.Kernel:
         tv.copy_async_commit()
         tv.copy_async(vs, gv, [0, 0])
         tv.copy_async_commit()
-        # The band of masks, while the copies fly.
-        tv.store_shared(band, tv.full([block_q, 2 * block_q], float("-inf"), tv.f16))
-        tv.sync()  # every thread's -inf is written before the zeros overwrite it
-        for r in tv.range(0, block_q):
-            tv.store_shared(band, tv.zeros([1, block_q], tv.f16), [r, r])
 
         if causal:  # tiles before the diagonal are whole; the last one ends at the last row
             kv_whole = q0
@@ -118,7 +111,7 @@ def make_attention(dtype: DataType) -> tv.Kernel:
             kv_end = S
 
         tv.copy_async_wait(1)  # q and the first K tile have landed ...
-        tv.sync()  # ... for every thread (and the band is written)
+        tv.sync()  # ... for every thread
         # q in registers for the whole kernel, as slices of K_STEP columns (a Python list:
         # read, never rebound, in the loop).
         qt = [tv.load_shared(qs, [0, i], [block_q, K_STEP]) for i in range(0, d, K_STEP)]
@@ -143,16 +136,17 @@ def make_attention(dtype: DataType) -> tv.Kernel:
                 tv.copy_async(kts, gkt, [0, kv0 + block_kv])
                 tv.copy_async_commit()
                 if masked:
+                    if causal:  # c - r, for key kv0 + j + c and query q0 + r
+                        ahead = (tv.arange([block_q, K_STEP], 1, layout=s_layout)
+                                 - tv.arange([block_q, K_STEP], 0, layout=s_layout))
+                    else:  # c
+                        column = tv.arange([1, K_STEP], 1)
                     for j in range(0, block_kv, K_STEP):
-                        if causal:  # key kv0 + c <= query q0 + r
-                            column = block_q - 1 + (kv0 + j - q0)
-                            mask = tv.load_shared(band, [0, column], [block_q, K_STEP],
-                                                  layout=s_layout)
-                        else:  # key kv0 + c < S
-                            column = block_q - 1 - (S - 1 - kv0 - j)
-                            mask = tv.load_shared(band, [0, column], [1, K_STEP],
-                                                  layout=s_layout.reduce(0))
-                        s[j // K_STEP] = s[j // K_STEP] + tv.cast(mask, tv.f32)
+                        if causal:  # key <= query
+                            seen = ahead <= q0 - kv0 - j
+                        else:  # key < S
+                            seen = column < S - kv0 - j
+                        s[j // K_STEP] = tv.where(seen, s[j // K_STEP], float("-inf"))
                 m_new = m
                 for part in s:
                     m_new = tv.maximum(m_new, tv.max(part, 1, keepdim=True))

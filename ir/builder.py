@@ -222,6 +222,11 @@ class Builder:
         out = self.register(dtype, shape, layout, name)
         return self._out(ins.Full(out=out, value=as_expr(value), loc=self.loc))
 
+    def arange(self, dim: int, dtype: DataType | str, shape: Sequence[int], layout: Any = None,
+               name: str = "idx") -> Tensor:
+        out = self.register(dtype, shape, layout, name)
+        return self._out(ins.Arange(out=out, dim=dim, loc=self.loc))
+
     def assign(self, dst: Tensor, src: Tensor) -> None:
         self.emit(ins.Assign(dst=dst, src=src, loc=self.loc))
 
@@ -257,7 +262,10 @@ class Builder:
         shape = _broadcast([t.type.static_shape for t in tensors])
         dtype = next((t.dtype for t in (x, y) if isinstance(t, Tensor)), None)
         dtype = dtype or (x.dtype if isinstance(x, Expr) else INT32)
-        out = self.register(dtype, shape, cond.layout, name)
+        # (as `elementwise`: the layout of an operand of out's shape; a broadcast cond's
+        # layout is of another shape)
+        layout = next((t.layout for t in tensors if t.type.static_shape == shape), None)
+        out = self.register(dtype, shape, layout, name)
         return self._out(ins.Where(out=out, cond=cond, x=x, y=y, loc=self.loc))
 
     def reduce(self, op: str, src: Tensor, dim: int, keepdim: bool = False, layout: Any = None,

@@ -267,6 +267,18 @@ class Full(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Arange(Instruction):
+    """`out[i] = i[dim]` for every coordinate `i` of `out`: each element is its own index
+    along dimension `dim` (an integer tile whose dtype holds `shape[dim] - 1`). With
+    broadcasting arithmetic and comparisons it gives the masks computed from element
+    indices (a causal mask is `cols + kv0 <= rows + q0`)."""
+
+    opname: ClassVar[str] = "arange"
+    out: Tensor
+    dim: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Assign(Instruction):
     """Overwrite the register tensor `dst` with `src` (same type): how a loop carries a
     tile from one iteration to the next."""
@@ -403,7 +415,7 @@ INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
         GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, AllocShared, FreeShared, LoadShared,
         StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, LaunchDependents,
-        WaitPrerequisites, Full, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
+        WaitPrerequisites, Full, Arange, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
         AnnotateLayout, Print, Assume,
     )
 }

@@ -64,6 +64,8 @@ Instructions (memory spaces: G global, S shared, R register)
     offset + extent <= extent of the shared tensor);
   - alloc_shared out S; free_shared S; copy_async_wait n is an int >= 0;
   - full: out R, value a scalar expression (converted to out's dtype);
+  - arange: out R of an integer dtype that holds `shape[dim] - 1`; `dim` an int in
+    0..ndim-1;
   - assign: dst and src R with equal dtype and shape (and layout, when both have one);
   - view: out, src R, both with layouts, equal thread counts and equal bits per thread
     (`layout.local_size * dtype.bits`);

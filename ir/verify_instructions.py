@@ -229,6 +229,23 @@ def check_full(ctx: Context, inst: ins.Full) -> None:
     ctx.define_tensor(out)
 
 
+def check_arange(ctx: Context, inst: ins.Arange) -> None:
+    out = define(ctx, inst, R)
+    dim, shape, dtype = inst.dim, out.type.shape, out.type.dtype
+    if not is_int(dim):
+        fail(f"arange: dim must be an int, got {short(dim)}")
+    if not 0 <= dim < len(shape):
+        fail(f"arange: dim {dim} is out of range for out of shape {shape_text(shape)} "
+              f"(dims 0..{len(shape) - 1})")
+    if not dtype.is_integer:
+        fail(f"arange: out is {dtype}; an index tile has an integer dtype (cast it to "
+              "a float afterwards)")
+    if shape[dim] - 1 > dtype.max:
+        fail(f"arange: out is {dtype}, which does not hold the index {shape[dim] - 1} of "
+              f"dim {dim}")
+    ctx.define_tensor(out)
+
+
 def check_assign(ctx: Context, inst: ins.Assign) -> None:
     dst = use(ctx, inst.dst, "dst", (R,))
     src = use(ctx, inst.src, "src", (R,))

@@ -1,7 +1,7 @@
 """The meaning of the register-tile instructions in the reference interpreter: `full`,
-`assign`, `view`, `cast`, `elementwise`, `where`, `reduce`, `dot`, `annotate_layout`,
-`print` and `assume` (`exec_<opname>` methods; `vm.interpreter`'s docstring states the
-rounding rules).
+`arange`, `assign`, `view`, `cast`, `elementwise`, `where`, `reduce`, `dot`,
+`annotate_layout`, `print` and `assume` (`exec_<opname>` methods; `vm.interpreter`'s
+docstring states the rounding rules).
 """
 
 from __future__ import annotations
@@ -44,6 +44,18 @@ class TileSemantics(InterpreterState):
         check_register_dtype(out.dtype, str(out))
         value = round_to(float(self._eval(inst.value)), out.dtype)
         self._set(out, np.full(out.type.static_shape, float(value)))
+
+    def exec_arange(self, inst: ins.Arange) -> None:
+        """Every element = its index along `dim` (the verifier checks that out's integer
+        dtype holds every index)."""
+        out = inst.out
+        shape = out.type.static_shape
+        if not 0 <= inst.dim < len(shape):
+            self._fail(f"arange: dim {inst.dim} is out of range for {out} of shape {shape}")
+        index = np.arange(shape[inst.dim], dtype=np.float64)
+        axes = [1] * len(shape)
+        axes[inst.dim] = shape[inst.dim]
+        self._set(out, round_to(np.broadcast_to(index.reshape(axes), shape), out.dtype))
 
     def exec_assign(self, inst: ins.Assign) -> None:
         """Overwrite `dst` with `src` (same shape and dtype)."""

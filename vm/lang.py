@@ -54,6 +54,7 @@ from tilevm.vm.lang_memory import (
 from tilevm.vm.lang_tiles import (
     abs,
     annotate_layout,
+    arange,
     cast,
     cdiv,
     dot,
@@ -81,7 +82,7 @@ __all__ = [
     "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
-    "sync", "launch_dependents", "wait_prerequisites", "full", "zeros", "view", "cast",
+    "sync", "launch_dependents", "wait_prerequisites", "full", "zeros", "arange", "view", "cast",
     "where", "sum", "max", "min", "maximum", "minimum", "fma", "dot", "annotate_layout",
     "print", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "Kernel", "KernelSignature",
     "Tile", "Scalar", "VMError", "DataType",

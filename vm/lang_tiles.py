@@ -1,6 +1,6 @@
 """The arithmetic of the kernel language (`vm.lang`, `tv.*`): scalar helpers (`cdiv`,
 `min`/`max` of scalars), elementwise math, reductions, and the register-tile
-instructions (`full`, `zeros`, `view`, `cast`, `where`, `dot`, `annotate_layout`,
+instructions (`full`, `zeros`, `arange`, `view`, `cast`, `where`, `dot`, `annotate_layout`,
 `print`).
 
 Naming: `tv.max(tile, dim)` / `tv.min` / `tv.sum` reduce over a dimension; `tv.max(a, b)`
@@ -23,7 +23,7 @@ from tilevm.vm import frontend_values as fv
 from tilevm.vm.frontend_values import Scalar, Tile
 from tilevm.vm.lang_args import builder_for, register_tile
 
-F32 = _dtypes.parse("f32")
+F32, INT32 = _dtypes.parse("f32"), _dtypes.parse("int32")
 
 
 # ---- scalars -----------------------------------------------------------------------------
@@ -167,6 +167,35 @@ def full(shape: Any, value: Any, dtype: Any = None, layout: Any = None) -> Tile:
 
 def zeros(shape: Any, dtype: Any = F32, layout: Any = None) -> Tile:
     return full(shape, 0, dtype, layout)
+
+
+def arange(shape: Any, dim: Any = None, dtype: Any = INT32, layout: Any = None) -> Tile:
+    """An index tile: the register tile of `shape` whose element at `(i0, i1, ...)` is
+    its index along `dim`, `i_dim` (`tv.arange(n)`: `0, 1, ..., n - 1`). `dim` may be
+    omitted for a 1-d shape; `dtype` is an integer type that holds `shape[dim] - 1`. Masks
+    come from it by broadcasting arithmetic: `tv.arange([m, n], 1) + k0 <= tv.arange([m,
+    n], 0) + q0` is a causal mask, `tv.arange([1, n], 1) + k0 < S` the keys before S."""
+    b = builder_for("tv.arange")
+    shape = fv.static_shape(shape, "tv.arange shape")
+    if dim is None:
+        if len(shape) != 1:
+            raise VMError(f"tv.arange of the {len(shape)}-d shape {list(shape)} needs the "
+                          "dimension whose index it holds: tv.arange(shape, dim)")
+        dim = 0
+    d = fv.static_int(dim, "tv.arange dim")
+    if not -len(shape) <= d < len(shape):
+        raise VMError(f"tv.arange: dimension {d} is out of range for the {len(shape)}-d "
+                      f"shape {list(shape)}")
+    d %= len(shape)
+    dtype = fv.as_dtype(dtype, "tv.arange dtype")
+    if not dtype.is_integer:
+        raise VMError(f"tv.arange makes an integer tile, got dtype {dtype}; convert it "
+                      f"afterwards: tv.cast(tv.arange(...), {dtype})")
+    if shape[d] - 1 > dtype.max:
+        raise VMError(f"tv.arange: {dtype} does not hold the index {shape[d] - 1} of "
+                      f"dimension {d}")
+    layout = fv.layout_for(layout, shape, MemorySpace.REGISTER, "tv.arange")
+    return Tile(b.arange(d, dtype, shape, layout))
 
 
 def view(x: Any, dtype: Any, shape: Any, layout: Any) -> Tile:

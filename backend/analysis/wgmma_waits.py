@@ -57,7 +57,7 @@ IN_FLIGHT_AFTER_DOT = 1
 # May run while groups are in flight: they neither write nor order shared memory.
 # (Reads of in-flight accumulator registers are the lowering's concern: `InFlight.read`.)
 OVERLAPPING = (ins.Dot, ins.Assign, ins.LoadGlobal, ins.LoadShared, ins.GlobalView,
-               ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Assume,
+               ins.Cast, ins.Elementwise, ins.Where, ins.View, ins.Full, ins.Arange, ins.Assume,
                ins.AnnotateLayout, ins.CopyAsyncCommit, ins.CopyAsyncWait,
                ins.AllocShared, ins.FreeShared, ins.LaunchDependents, ins.WaitPrerequisites)
 

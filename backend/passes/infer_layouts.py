@@ -14,20 +14,22 @@ loop carries as c, and its initial `full`, get the C tiling). Tensors whose layo
 user gave (type or annotation) are not asked.
 
 Then forward, in program order (one pass suffices: a tensor's layout depends only on
-earlier ones): an annotation wins; a tensor produced by a load, `full`, `cast`,
-`elementwise` or `where` takes the layout its consumers asked for, if any; otherwise
-`cast`, `elementwise` and `where` take the layout of their first operand of the same
-shape; `reduce` takes its source's layout reduced over the dimension (its spatial modes
-become replication); `dot` takes its accumulator's layout; anything else (loads, `full`)
-gets `default_layout`, which gives each thread 16-byte vectors along the last dimension
-when the shape allows, so loads and stores can be vectorized.
+earlier ones): an annotation wins; a tensor produced by a load, `full`, `arange`,
+`cast`, `elementwise` or `where` takes the layout its consumers asked for, if any;
+otherwise `cast`, `elementwise` and `where` take the layout of their first operand of
+the same shape; `reduce` takes its source's layout reduced over the dimension (its
+spatial modes become replication); `dot` takes its accumulator's layout; anything else
+(loads, `full`, `arange`) gets `default_layout`, which gives each thread 16-byte vectors
+along the last dimension when the shape allows, so loads and stores can be vectorized.
 
 Broadcast operands: after the forward pass, an unannotated operand of an `elementwise`
 or `where` that is broadcast (a `[1, n]` scale row into a `[k, n]` tile, a `[rows, 1]`
-row maximum), produced by a load or `full`, and not held by the threads that need it
-(`broadcast_compatible`, the rule of `KernelContext.broadcast_map`), is asked for the
-consumer's layout reduced over the broadcast dims (`broadcast_layout`: replicated where
-the consumer spreads threads), and the forward pass runs again (to a fixpoint).
+row maximum), produced by a load, `full` or `arange` (or computed pointwise from an
+`arange`, `arange(...) + q0`: each tensor of the chain is asked alike), and not held by the
+threads that need it (`broadcast_compatible`, the rule of `KernelContext.broadcast_map`),
+is asked for the consumer's layout reduced over the broadcast dims (`broadcast_layout`:
+replicated where the consumer spreads threads), and the forward pass runs again (to a
+fixpoint).
 
 Layouts that still disagree (a `dot` operand whose layout is fixed otherwise, an
 operand produced by a `reduce` or an annotation, ...) are resolved by the next pass,
@@ -162,10 +164,13 @@ def broadcast_compatible(src: RegisterLayout, shape: tuple[int, ...],
 def _broadcast_requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
                         chosen: dict[str, RegisterLayout],
                         wanted: dict[str, RegisterLayout]) -> bool:
-    """Ask an unannotated broadcast operand of an `elementwise`/`where` that a load or
-    `full` produces, and that its consumer cannot read in place, for the consumer's
-    layout reduced over the broadcast dims (`broadcast_layout`). True if any was asked."""
+    """Ask an unannotated broadcast operand of an `elementwise`/`where` that can be made
+    in any layout (`_made_in_any_layout`: a load, `full` or `arange`, or pointwise
+    arithmetic on them, `rows + q0`), and that its consumer cannot read in place, for the
+    consumer's layout reduced over the broadcast dims (`broadcast_layout`), and with it
+    every tensor it is computed from. True if any was asked."""
     producers = {i.output.name: i for i in insts if i.output is not None}
+    carried = {t.name for i in insts if isinstance(i, ins.Assign) for t in (i.dst, i.src)}
     asked = False
     for inst in insts:
         if not isinstance(inst, (ins.Elementwise, ins.Where)) or inst.out.name not in chosen:
@@ -173,26 +178,53 @@ def _broadcast_requests(insts: list[ins.Instruction], fixed: dict[str, RegisterL
         out_layout, out_shape = chosen[inst.out.name], inst.out.type.static_shape
         for t in inst.input_tensors():
             if t.space is not MemorySpace.REGISTER or t.type.shape == inst.out.type.shape \
-                    or t.layout is not None or t.name in fixed or t.name in wanted \
                     or t.name not in chosen:
                 continue
-            if not isinstance(producers.get(t.name),
-                              (ins.LoadGlobal, ins.LoadShared, ins.Full)):
-                continue
+            sources = _made_in_any_layout(t, producers, {**fixed, **wanted}, carried)
             shape = t.type.static_shape
-            if broadcast_compatible(chosen[t.name], shape, out_layout):
+            if sources is None or broadcast_compatible(chosen[t.name], shape, out_layout):
                 continue
             layout = broadcast_layout(out_layout, shape)
             if layout.num_threads == out_layout.num_threads and len(out_shape) >= len(shape):
-                wanted[t.name] = layout
+                wanted.update((name, layout) for name in sources)
                 asked = True
     return asked
 
 
+def _made_in_any_layout(t: Tensor, producers: dict[str, ins.Instruction],
+                        taken: dict[str, RegisterLayout], carried: set[str]) -> list[str] | None:
+    """The names of `t` and of the tensors of its shape it is computed from, back through
+    `cast`, `elementwise` and `where`, if all of them can take any layout: none has a
+    layout already (given, annotated or asked), none is carried by a loop (`assign`),
+    and the chain starts at loads, `full`s and `arange`s (operands of other shapes are
+    broadcast into it and left as they are). Else None."""
+    names, work = [], [t]
+    while work:
+        u = work.pop()
+        if u.name in names:
+            continue
+        if u.layout is not None or u.name in taken or u.name in carried:
+            return None
+        producer = producers.get(u.name)
+        if isinstance(producer, (ins.Cast, ins.Elementwise, ins.Where)):
+            work += [v for v in producer.input_tensors() if v.type.shape == u.type.shape]
+        elif not isinstance(producer, _MADE_IN_ANY_LAYOUT):
+            return None
+        names.append(u.name)
+    if len(names) > 1 and not any(isinstance(producers.get(n), ins.Arange) for n in names):
+        # (a chain from loads alone keeps the layouts it had before index tiles existed:
+        # the library kernels' code is tuned with them)
+        return None
+    return names
+
+
 # ---- dot on tensor cores: the backward requests ----------------------------------------
 
+#: Producers that make their tile in any layout at the same cost (loads, constants,
+#: index tiles): a broadcast operand they produce is asked for the layout it is read in.
+_MADE_IN_ANY_LAYOUT = (ins.LoadGlobal, ins.LoadShared, ins.Full, ins.Arange)
 #: Producers that take the layout their consumers ask for (else they have a rule).
-_FLEXIBLE = (ins.LoadGlobal, ins.LoadShared, ins.Full, ins.Cast, ins.Elementwise, ins.Where)
+_FLEXIBLE = (*_MADE_IN_ANY_LAYOUT, ins.Cast, ins.Elementwise, ins.Where)
 
 
 def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],

@@ -43,7 +43,7 @@ With a converting producer (`Program.producer_converts`, a producer warpgroup): 
 `store_shared`s into the tiles `dot`s read (`stored_operands`) and every instruction
 that computes what they store, back through loop-carried tiles, move to the producer
 too; refused (naming the instruction) when one of those is not a global load, cast,
-view, `full`, `where`, elementwise op or `assign`, when a value it computes is also
+view, `full`, `arange`, `where`, elementwise op or `assign`, when a value it computes is also
 read by an instruction left to the other warps, when its result is not held by the
 program's first 128 threads (replicated over the others, which the producer leaves
 out), when a stored tile is also copied into, read by anything but a `dot`, or shares
@@ -112,7 +112,7 @@ def split_producer_warp(program: Program, context: PassContext = DEFAULT_CONTEXT
 
 # What a converting producer may compute a stored tile with (register in, register out).
 CONVERTING_INSTRUCTIONS = (ins.LoadGlobal, ins.Cast, ins.View, ins.Elementwise, ins.Full,
-                           ins.Where, ins.Assign)
+                           ins.Arange, ins.Where, ins.Assign)
 def _converted(program: Program) -> set[int]:
     """With a converting producer: the ids of the `store_shared`s into the tiles `dot`s
     read (`stored_operands`) and of every instruction that computes what they store,
@@ -145,7 +145,7 @@ def _converted(program: Program) -> set[int]:
             continue
         if not isinstance(inst, (ins.StoreShared, *CONVERTING_INSTRUCTIONS)):
             raise _fail(f"the converting producer would run this {inst.opname} to compute a "
-                        "stored tile; it runs global loads, casts, views, full, where, "
+                        "stored tile; it runs global loads, casts, views, full, arange, where, "
                         "elementwise arithmetic and assigns only", inst)
         chosen[id(inst)] = inst
         for t in _inputs(inst):

@@ -1533,3 +1533,37 @@ def test_global_view_addresses_fit_int64(shape: tuple[int, ...], strides: tuple[
         verify(t.b.build())
     else:
         t.expect(fragment)
+
+
+# arange
+
+@pytest.mark.parametrize("dtype, shape, dim", [
+    ("int32", (16, 32), 0), ("int32", (16, 32), 1), ("uint8", (256,), 0), ("uint1", (2, 64), 0),
+    ("int8", (4, 128, 2), 1)])
+def test_arange_valid(dtype: str, shape: tuple[int, ...], dim: int) -> None:
+    t = Base()
+    t.emit(ins.Arange(out=reg("i", dtype, shape), dim=dim))
+    verify(t.b.build())
+
+
+@pytest.mark.parametrize("dim", [2, -1, True, "0"])
+def test_arange_dim(dim: Any) -> None:
+    t = Base()
+    t.emit(ins.Arange(out=reg("i", "int32", (16, 32)), dim=dim))
+    t.expect("arange: dim" + (" must be an int" if not isinstance(dim, int) or dim is True
+                              else f" {dim} is out of range for out of shape [16, 32]"))
+
+
+def test_arange_float_dtype() -> None:
+    t = Base()
+    t.emit(ins.Arange(out=reg("i", "f32", (16, 32)), dim=1))
+    t.expect("arange: out is f32; an index tile has an integer dtype")
+
+
+def test_arange_dtype_must_hold_every_index() -> None:
+    t = Base()
+    t.emit(ins.Arange(out=reg("i", "int8", (4, 128)), dim=1))  # 127, the last, fits
+    verify(t.b.build())
+    t = Base()
+    t.emit(ins.Arange(out=reg("i", "int8", (4, 129)), dim=1))
+    t.expect("arange: out is int8, which does not hold the index 128 of dim 1")

@@ -1,17 +1,26 @@
-"""Lowering of register-tile computation: `full`, `assign`, `cast`, `elementwise`,
-`where`. Each is one operation per register, on values the operands hold in the same
-thread (`KernelContext.operand_values` maps broadcast operands)."""
+"""Lowering of register-tile computation: `full`, `arange`, `assign`, `cast`,
+`elementwise`, `where`. Each is one operation per register, on values the operands hold
+in the same thread (`KernelContext.operand_values` maps broadcast operands)."""
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
 from tilevm.backend.analysis.packing import is_packed
-from tilevm.backend.llvm.arith import convert_packed, convert_scaled, pairs_half_op, tile_op
+from tilevm.backend.llvm.arith import (
+    convert_packed,
+    convert_scaled,
+    convert_value,
+    pairs_half_op,
+    tile_op,
+)
 from tilevm.backend.llvm.context import KernelContext
-from tilevm.backend.llvm.types import I32, build_vector
+from tilevm.backend.llvm.types import I32, I64, build_vector
+from tilevm.dtypes import parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.types import Tensor
+
+INT64 = parse("int64")
 
 
 def lower_full(cg: KernelContext, inst: ins.Full) -> None:
@@ -19,6 +28,19 @@ def lower_full(cg: KernelContext, inst: ins.Full) -> None:
         return  # a zero accumulator of wgmmas: a flag, no registers (see wgmma.py)
     value = cg.expr(inst.value, inst.out.dtype)
     cg.define(inst.out, [value] * cg.layout_of(inst.out).local_size)
+
+
+def lower_arange(cg: KernelContext, inst: ins.Arange) -> None:
+    # Element l of thread t sits at `global_index(t, 0) + global_index(0, l)` (the
+    # context's docstring): its index along dim is the thread's part (a few integer ops
+    # on %tid, emitted once per layout) plus a constant.
+    layout = cg.layout_of(inst.out)
+    base = cg.thread_part(layout)[inst.dim]
+    cg.define(inst.out, [
+        convert_value(cg.b, cg.b.add(base, ir.Constant(I64, local[inst.dim])), INT64,
+                      inst.out.dtype)
+        for local in cg.local_parts(layout)])
+
 
 def lower_assign(cg: KernelContext, inst: ins.Assign) -> None:
     if inst.dst.layout != inst.src.layout:
