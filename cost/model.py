@@ -20,6 +20,7 @@ from typing import Any
 from tilevm.cost.hardware import GPU
 from tilevm.cost.occupancy import Occupancy, Waves, blocks_per_sm, waves
 from tilevm.cost.traffic import Traffic, analyze_traffic
+from tilevm.cost.walk import bind_scalars, launch_grid
 from tilevm.ir.stmt import Program
 
 __all__ = ["Resources", "Estimate", "estimate", "TERMS"]
@@ -94,11 +95,12 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
              resources: Resources) -> Estimate:
     """The estimate of launching `program` with these runtime scalars on `gpu`, its blocks
     holding `resources` (module docstring)."""
-    traffic = analyze_traffic(program, scalars, l2_bytes=gpu.l2_bytes)
-    blocks = math.prod(traffic.grid)
     occupancy = blocks_per_sm(gpu, resources.threads, resources.registers_per_thread,
                               resources.shared_bytes)
+    blocks = math.prod(launch_grid(program, bind_scalars(program, scalars)))
     launch_waves = waves(gpu, blocks, occupancy.blocks_per_sm)
+    traffic = analyze_traffic(program, scalars, l2_bytes=gpu.l2_bytes,
+                              blocks_per_wave=launch_waves.slots)
     counts = {"dram": traffic.dram, **{u: traffic.flops.get(u, 0) for u in TERMS[1:]}}
     rates = _rates(gpu)
     seconds = {term: counts[term] / rates[term] for term in TERMS}

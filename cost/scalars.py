@@ -9,8 +9,10 @@ access) and each constant's value.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
+from tilevm.dtypes import DataType
 from tilevm.ir.errors import VMError
 from tilevm.ir.evaluate import convert_scalar, evaluate, scalar_binary, scalar_unary
 from tilevm.ir.expr import Binary, BlockIndex, Const, Expr, ScalarCast, Select, Unary, Var
@@ -51,6 +53,11 @@ def compile_expr(e: Expr) -> Compiled:
         return lambda lookup, block: block[axis]
     if isinstance(e, Binary):
         op, dtype, lhs, rhs = e.op, e.dtype, compile_expr(e.lhs), compile_expr(e.rhs)
+        if op in _COMPARE:
+            compare = _COMPARE[op]
+            return lambda lookup, block: int(compare(lhs(lookup, block), rhs(lookup, block)))
+        if not dtype.is_float and op in _INTEGER:
+            return _integer_binary(op, dtype, lhs, rhs)
         return lambda lookup, block: scalar_binary(op, lhs(lookup, block),
                                                    rhs(lookup, block), dtype)
     if isinstance(e, Unary):
@@ -65,6 +72,28 @@ def compile_expr(e: Expr) -> Compiled:
         dtype, operand = e.dtype, compile_expr(e.operand)
         return lambda lookup, block: convert_scalar(operand(lookup, block), dtype)
     raise TypeError(f"not a scalar expression: {e!r}")
+
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, ">=": operator.ge}
+_INTEGER = {"+": operator.add, "-": operator.sub, "*": operator.mul, "min": min, "max": max,
+            "//": operator.floordiv, "%": operator.mod, "cdiv": lambda x, y: -(-x // y)}
+
+
+def _integer_binary(op: str, dtype: DataType, lhs: Compiled, rhs: Compiled) -> Compiled:
+    """An integer operation without `scalar_binary`'s dispatch: the same value where
+    the result is in the type's range (else, and for a zero divisor, `scalar_binary`
+    decides: it wraps, or raises)."""
+    apply, lo, hi = _INTEGER[op], int(dtype.min_exact), int(dtype.max_exact)
+    divides = op in ("//", "%", "cdiv")
+
+    def run(lookup: Lookup, block: tuple[int, int, int]) -> Scalar:
+        x, y = int(lhs(lookup, block)), int(rhs(lookup, block))
+        if divides and y == 0:
+            return scalar_binary(op, x, y, dtype)
+        r = apply(x, y)
+        return r if lo <= r <= hi else scalar_binary(op, x, y, dtype)
+    return run
 
 
 def _no_variable(var: Var) -> Scalar:
