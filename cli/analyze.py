@@ -10,6 +10,8 @@ import sys
 from tilevm.backend import pipeline, ptxas
 from tilevm.cli.common import CLIError, find_kernel, load_module, parse_setting, split_target
 from tilevm.cost import hardware
+from tilevm.cost.diagram import napkin_svg
+from tilevm.cost.liveness import analyze_liveness
 from tilevm.cost.model import Estimate, Resources, estimate
 from tilevm.ir.errors import VMError
 
@@ -100,6 +102,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print()
     else:
         print(format_table(result, program.name))
+    if args.svg:
+        try:
+            svg = napkin_svg(program, result.traffic, analyze_liveness(program, scalars))
+        except (VMError, ValueError) as err:
+            raise CLIError(str(err)) from None
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(svg)
     return 0
 
 
@@ -124,4 +133,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--registers", type=int, metavar="N",
                    help="registers per thread (default: ptxas's count)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--svg", metavar="FILE",
+                   help="also write the program's napkin diagram (docs/cost-model.md) to FILE")
     p.set_defaults(func=cmd_analyze)

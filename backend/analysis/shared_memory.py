@@ -105,8 +105,10 @@ class SharedPlan:
         return self.allocations[name].offset
 
 
-def _live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
-    """Per allocated tensor: its live range (start, end) in program order, and itself."""
+def live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
+    """Per allocated tensor: its live range (start, end) in program order (instruction
+    indices, the rule of the module docstring; an unfreed tensor ends at the number of
+    instructions), and itself. The cost model's liveness reads it too."""
     counter = 0
     # name -> [alloc index, free index or None, tensor, enclosing loops ([first, last],
     #          outermost first), (index, enclosing statements) of the last access]
@@ -166,7 +168,7 @@ def _live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
 def shared_plan(program: Program) -> SharedPlan:
     """Offsets of every `alloc_shared` tensor of a program whose shared tensors all have
     layouts (the output of `plan_shared_memory`); computed once per program object."""
-    ranges = _live_ranges(program)
+    ranges = live_ranges(program)
     placed: list[Allocation] = []
     for name, (start, end, tensor) in sorted(ranges.items(), key=lambda kv: kv[1][0]):
         layout = tensor.layout if tensor.layout is not None else default_shared_layout(tensor)
