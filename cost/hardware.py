@@ -64,6 +64,9 @@ class GPU:
     register_partitions: int  # the register file is split between the SM's schedulers
     shared_granularity: int  # a block's shared memory is given in multiples of this
     shared_bytes_per_clock_per_sm: int = 128  # 32 banks, 4 bytes each, every clock
+    # Resident warps per SM from which DRAM reads reach the full bandwidth: fewer keep
+    # too few bytes in flight (Little's law). Fitted on an H100 (docs/cost-model.md).
+    dram_saturating_warps: int = 8
     #: the ceilings a measurement replaced (`with_measured`), for the reports to say so
     measured: frozenset[str] = frozenset()
 

@@ -1,7 +1,9 @@
 """The bound and the prediction of one launch: traffic (`cost.traffic`) and occupancy
 (`cost.occupancy`) against a GPU's ceilings (`cost.hardware`).
 
-Each term's time is its count over its ceiling: the DRAM bytes over the DRAM bandwidth,
+Each term's time is its count over its ceiling: the DRAM bytes over the DRAM bandwidth
+(reached only with enough warps resident per SM to keep bytes in flight: with `w` of
+them, `min(1, w / gpu.dram_saturating_warps)` of it),
 each unit's operations over its peak (a conversion counts as one FP32-pipe instruction,
 `fma_peak / 2` a second: no public table gives the conversion rate). The bound is the
 largest term. The prediction scales the compute terms by the wave quantization: with `w`
@@ -103,6 +105,8 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
                               blocks_per_wave=launch_waves.slots)
     counts = {"dram": traffic.dram, **{u: traffic.flops.get(u, 0) for u in TERMS[1:]}}
     rates = _rates(gpu)
+    resident_warps = min(blocks, launch_waves.slots) * -(-resources.threads // 32)
+    rates["dram"] *= min(1.0, resident_warps / gpu.sm_count / gpu.dram_saturating_warps)
     seconds = {term: counts[term] / rates[term] for term in TERMS}
     bound_term = max(TERMS, key=lambda term: seconds[term])
     bound = seconds[bound_term]

@@ -29,7 +29,12 @@ def test_terms_are_counts_over_ceilings_and_the_bound_is_the_largest(matmul):
     e = estimate(matmul, scalars, gpu, Resources(128, 64, 0))
     traffic = analyze_traffic(matmul, scalars, l2_bytes=gpu.l2_bytes)
     assert e.traffic == traffic
-    assert e.seconds["dram"] == traffic.dram / gpu.dram_bandwidth
+    # 16 x 12 blocks of 4 warps over 132 SMs: 5.8 warps per SM keep too few bytes in
+    # flight for the full bandwidth (8 saturate it)
+    resident_warps = min(e.blocks, e.waves.slots) * 4 / gpu.sm_count
+    assert e.blocks == 192 and resident_warps < gpu.dram_saturating_warps
+    assert e.seconds["dram"] == pytest.approx(
+        traffic.dram / (gpu.dram_bandwidth * resident_warps / gpu.dram_saturating_warps))
     assert e.seconds["tensor_core"] == 2 * M * N * K / gpu.tensor_peak
     assert e.seconds["convert"] == 0
     assert e.bound_s == max(e.seconds.values()) == e.seconds[e.bound_term]
@@ -41,6 +46,14 @@ def test_terms_are_counts_over_ceilings_and_the_bound_is_the_largest(matmul):
     assert e.fraction_of_bound(2 * e.bound_s) == 0.5
     with pytest.raises(ValueError, match="positive"):
         e.fraction_of_bound(0.0)
+
+
+def test_enough_resident_warps_reach_the_full_bandwidth(matmul):
+    gpu = hardware.gpu("h100")
+    scalars = {"M": 4096, "N": 4096, "K": 64}
+    e = estimate(matmul, scalars, gpu, Resources(128, 64, 0))
+    assert min(e.blocks, e.waves.slots) * 4 / gpu.sm_count >= gpu.dram_saturating_warps
+    assert e.seconds["dram"] == e.traffic.dram / gpu.dram_bandwidth
 
 
 def test_measured_ceilings_replace_the_tables(matmul):
