@@ -51,6 +51,23 @@ def _registers(ptx: str, arch: str, name: str) -> int:
     return report.kernels[name].registers
 
 
+def _measured_gpu(gpu: hardware.GPU, path: str) -> hardware.GPU:
+    """`gpu` with the ceilings a bench run measured (`vmc bench qmm`'s JSON, its
+    "ceilings": the copy bandwidth and cuBLAS f16's rate) in place of the table's."""
+    try:
+        with open(path) as f:
+            report = json.load(f)
+        ceilings = report["ceilings"] if "ceilings" in report else report
+        copy = float(ceilings["copy_bw_bytes_per_s"])
+        tensor = float(ceilings["cublas_f16_tflops"]) * 1e12
+    except OSError as err:
+        raise CLIError(f"cannot read {path}: {err.strerror}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise CLIError(f"{path} holds no measured ceilings (a bench run's JSON with "
+                       f"copy_bw_bytes_per_s and cublas_f16_tflops): {err}") from None
+    return hardware.with_measured(gpu, copy_bandwidth=copy, tensor_peak=tensor)
+
+
 def format_table(e: Estimate, name: str) -> str:
     """The estimate as a human-readable table."""
     t = e.traffic
@@ -73,6 +90,8 @@ def format_table(e: Estimate, name: str) -> str:
         mark = "  <- bound" if term == e.bound_term else ""
         lines.append(f"{term:<20}{seconds * 1e6:>12.2f} us{mark}")
     lines.append(f"{'predicted':<20}{e.predicted_s * 1e6:>12.2f} us")
+    if e.gpu.measured:
+        lines.append(f"(measured ceilings: {', '.join(sorted(e.gpu.measured))})")
     return "\n".join(lines)
 
 
@@ -84,6 +103,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         gpu = hardware.gpu(args.gpu)
     except ValueError as err:
         raise CLIError(str(err)) from None
+    if args.ceilings:
+        gpu = _measured_gpu(gpu, args.ceilings)
+    if args.measured_us is not None and not args.measured_us > 0:
+        raise CLIError(f"--measured-us must be a positive time, got {args.measured_us}")
     kernel = find_kernel(load_module(path), path, wanted)
     try:
         program = kernel.specialize(**settings)
@@ -97,11 +120,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = estimate(program, scalars, gpu, resources)
     except (VMError, ValueError) as err:
         raise CLIError(str(err)) from None
+    fraction = None if args.measured_us is None else \
+        result.fraction_of_bound(args.measured_us * 1e-6)
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1, sort_keys=True)
+        report = result.to_json()
+        if fraction is not None:
+            report["measured_us"] = args.measured_us
+            report["fraction_of_bound"] = fraction
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
         print()
     else:
         print(format_table(result, program.name))
+        if fraction is not None:
+            print(f"{'measured':<20}{args.measured_us:>12.2f} us: {fraction:.0%} of the bound")
     if args.svg:
         try:
             svg = napkin_svg(program, result.traffic, analyze_liveness(program, scalars))
@@ -130,6 +161,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a runtime scalar argument (an integer size); repeatable")
     p.add_argument("--gpu", default="h100", metavar="GPU",
                    help=f"the GPU's table: {', '.join(hardware.GPUS)} (default h100)")
+    p.add_argument("--ceilings", metavar="FILE.json",
+                   help="use the ceilings a bench run measured (vmc bench qmm's JSON: copy "
+                        "bandwidth, cuBLAS f16 rate) instead of the table's")
+    p.add_argument("--measured-us", type=float, metavar="T",
+                   help="a measured time of this launch: report the fraction of the bound "
+                        "it reaches")
     p.add_argument("--registers", type=int, metavar="N",
                    help="registers per thread (default: ptxas's count)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")

@@ -89,3 +89,28 @@ def test_vmc_analyze_errors(capsys):
     assert status == 2 and "N" in err
     status, _, err = vmc(capsys, "analyze", path, "--arg", "M=4.5", "--registers", "64")
     assert status == 2 and "integers" in err
+
+
+def test_vmc_analyze_takes_measured_ceilings_and_a_measured_time(tmp_path, capsys):
+    path = str(ROOT / "examples" / "matmul.py")
+    args = [path, "--arg", f"M={M}", "--arg", f"N={N}", "--arg", f"K={K}",
+            "--registers", "64", "--json"]
+    status, out, err = vmc(capsys, "analyze", *args)
+    table = json.loads(out)
+    ceilings = tmp_path / "run.json"  # as `vmc bench qmm` writes its report
+    ceilings.write_text(json.dumps({"ceilings": {"copy_bw_bytes_per_s": 1.5e12,
+                                                 "cublas_f16_tflops": 600.0}}))
+    status, out, err = vmc(capsys, "analyze", *args, "--ceilings", str(ceilings),
+                           "--measured-us", "100")
+    assert status == 0, err
+    measured = json.loads(out)
+    gpu = hardware.gpu("h100")
+    assert measured["seconds"]["dram"] == pytest.approx(
+        table["seconds"]["dram"] * gpu.dram_bandwidth / 1.5e12)
+    assert measured["seconds"]["tensor_core"] == pytest.approx(2 * M * N * K / 600e12)
+    assert measured["fraction_of_bound"] == pytest.approx(measured["bound"]["us"] / 100)
+    ceilings.write_text("{}")
+    status, _, err = vmc(capsys, "analyze", *args, "--ceilings", str(ceilings))
+    assert status == 2 and "copy_bw_bytes_per_s" in err
+    status, _, err = vmc(capsys, "analyze", *args, "--measured-us", "-3")
+    assert status == 2 and "positive" in err
