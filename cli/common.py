@@ -102,19 +102,31 @@ def describe_args(kernel, args: Sequence[object]) -> str:
     return ", ".join(parts)
 
 
-def compare(got, expected, atol: float = DEFAULT_ATOL) -> tuple[bool, dict[str, float]]:
+def compare(got, expected, atol: float = DEFAULT_ATOL,
+            dtype: dtypes.DataType | None = None) -> tuple[bool, dict[str, float]]:
     """The pass/fail criterion of `vmc run` (see RUN_DESCRIPTION) for one output array:
     (passed, {"max_abs": ..., "max_rel": ..., "worst": max error / tolerance}). The
     relative error of an element is `|got - ref| / max(|ref|, atol * max|ref|)` (elements
-    far smaller than the output's scale are judged against that scale)."""
+    far smaller than the output's scale are judged against that scale). `dtype`, the
+    output's element type, decodes a float type held on the host as its codes (bf16 as
+    uint16, the 8-bit floats as uint8), judged with that type's epsilon."""
+    if dtype is not None and dtype.is_float and dtype.bits >= 8 and \
+            np.asarray(got).dtype.kind in "ui":
+        values = dtypes.decode(np.asarray(got), dtype)
+        return _compare(values, expected, atol, 2.0 ** -dtype.mantissa_bits)
     got_arr = np.asarray(got)
+    exact = got_arr.dtype.kind in "iub"
+    return _compare(got_arr, expected, atol, 0.0 if exact else float(
+        np.finfo(got_arr.dtype).eps), exact)
+
+
+def _compare(got_arr: np.ndarray, expected, atol: float, rtol: float, exact: bool = False
+             ) -> tuple[bool, dict[str, float]]:
     ref = np.asarray(expected, dtype=np.float64)
     if got_arr.shape != ref.shape:
         if got_arr.size != ref.size:
             raise CLIError(f"the reference has shape {ref.shape}, the output {got_arr.shape}")
         ref = ref.reshape(got_arr.shape)
-    exact = got_arr.dtype.kind in "iub"
-    rtol = 0.0 if exact else float(np.finfo(got_arr.dtype).eps)
     values = got_arr.astype(np.float64)
     finite_ref = np.isfinite(ref)
     scale = float(np.abs(ref[finite_ref]).max()) if finite_ref.any() else 0.0

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 from kernel_harness import ROOT, vmc
 
+from tilevm import dtypes
 from tilevm.backend.cuda import driver
 from tilevm.cli import gpu_run
+from tilevm.cli.common import compare
 from tilevm.cli.run import agreement
 from tilevm.ir.errors import VMError
 from tilevm.vm import interpreter
@@ -231,3 +233,17 @@ def test_python_m_tilevm_run_on_the_gpu():
     assert run.returncode == 0, run.stdout + run.stderr
     assert "only" in run.stdout and "kernel time" in run.stdout
     assert run.stdout.rstrip().endswith("PASS")
+
+
+def test_compare_decodes_floats_held_as_codes():
+    """bf16 (uint16 codes on the host) and 8-bit floats are judged as the values their
+    codes denote, with the type's epsilon, not as integers that must match exactly."""
+    ref = np.linspace(-3.0, 3.0, 50)
+    for name in ("bf16", "f8e4m3"):
+        dtype = dtypes.parse(name)
+        codes = dtypes.encode(ref, dtype)
+        assert compare(codes, ref, 2.0 ** -16, dtype)[0], name
+        assert not compare(codes, ref, 2.0 ** -16)[0], name  # as integers: no match
+        wrong = codes.copy()
+        wrong[7] ^= 1 << (dtype.bits - 3)  # an exponent bit: far off
+        assert not compare(wrong, ref, 2.0 ** -16, dtype)[0], name
