@@ -67,6 +67,11 @@ class GPU:
     # Resident warps per SM from which DRAM reads reach the full bandwidth: fewer keep
     # too few bytes in flight (Little's law). Fitted on an H100 (docs/cost-model.md).
     dram_saturating_warps: int = 8
+    # What the prediction adds to the bound, fitted on the same H100 data: the part of
+    # the smaller of memory and compute time that does not overlap the larger, and the
+    # time each wave of blocks takes to fill and drain its pipelines.
+    unoverlapped_fraction: float = 0.5
+    wave_latency_s: float = 5e-6
     #: the ceilings a measurement replaced (`with_measured`), for the reports to say so
     measured: frozenset[str] = frozenset()
 

@@ -3,13 +3,16 @@
 
 Each term's time is its count over its ceiling: the DRAM bytes over the DRAM bandwidth
 (reached only with enough warps resident per SM to keep bytes in flight: with `w` of
-them, `min(1, w / gpu.dram_saturating_warps)` of it),
-each unit's operations over its peak (a conversion counts as one FP32-pipe instruction,
-`fma_peak / 2` a second: no public table gives the conversion rate). The bound is the
-largest term. The prediction scales the compute terms by the wave quantization: with `w`
-waves of `s` slots and `b` blocks, the units work `w` wave times where `b / s` would
-suffice, so a last wave at a third of its slots costs a whole wave. The DRAM term is not
-scaled: the blocks of a partial wave share the bandwidth the others leave.
+them, `min(1, w / gpu.dram_saturating_warps)` of it), each unit's operations over its
+peak (a conversion counts as one FP32-pipe instruction, `fma_peak / 2` a second: no
+public table gives the conversion rate). The bound is the largest term.
+
+The prediction starts from the memory time `m` (the DRAM term) and the compute time `c`
+(the largest unit term, scaled by the wave quantization: with `w` waves of `s` slots and
+`b` blocks the units work `w` wave times where `b / s` would suffice; the DRAM term is
+not scaled, the blocks of a partial wave share the bandwidth the others leave):
+`max(m, c) + gpu.unoverlapped_fraction * min(m, c) + waves * gpu.wave_latency_s`.
+The two constants are fitted on measured H100 candidates (docs/cost-model.md).
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
     bound = seconds[bound_term]
     ideal_waves = blocks / launch_waves.slots if launch_waves.slots else 0.0
     quantization = launch_waves.waves / ideal_waves if ideal_waves else 1.0
-    predicted = max(seconds["dram"], *(seconds[t] * quantization for t in TERMS[1:]))
+    memory = seconds["dram"]
+    compute = max(seconds[t] for t in TERMS[1:]) * quantization
+    predicted = max(memory, compute) + gpu.unoverlapped_fraction * min(memory, compute) + \
+        launch_waves.waves * gpu.wave_latency_s
     return Estimate(gpu, traffic, blocks, resources, occupancy, launch_waves, seconds,
                     bound_term, bound, predicted)

@@ -39,10 +39,13 @@ def test_terms_are_counts_over_ceilings_and_the_bound_is_the_largest(matmul):
     assert e.seconds["convert"] == 0
     assert e.bound_s == max(e.seconds.values()) == e.seconds[e.bound_term]
     assert e.blocks == math.prod(traffic.grid)
-    # the compute terms pay for a partial last wave, the DRAM term does not
+    # the compute terms pay for a partial last wave, the DRAM term does not; the part of
+    # the smaller that does not overlap, and each wave's latency, come on top
     quantization = e.waves.waves / (e.blocks / e.waves.slots)
-    assert e.predicted_s == max(e.seconds["dram"], *(e.seconds[t] * quantization
-                                                     for t in TERMS[1:]))
+    memory, compute = e.seconds["dram"], max(e.seconds[t] for t in TERMS[1:]) * quantization
+    assert e.predicted_s == pytest.approx(
+        max(memory, compute) + gpu.unoverlapped_fraction * min(memory, compute)
+        + e.waves.waves * gpu.wave_latency_s)
     assert e.fraction_of_bound(2 * e.bound_s) == 0.5
     with pytest.raises(ValueError, match="positive"):
         e.fraction_of_bound(0.0)
