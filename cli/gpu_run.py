@@ -85,12 +85,7 @@ class GpuRun:
 def gpu_device() -> GpuDevice:
     """The current device; `NoDriverError` without cuda-python, a driver or a GPU."""
     arch = current_arch()
-    drv = driver.bindings()
-    ordinal = driver.ensure_context().device
-    dev = driver.call("cuDeviceGet", drv.cuDeviceGet(ordinal))
-    raw = driver.call("cuDeviceGetName", drv.cuDeviceGetName(256, dev))
-    name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    return GpuDevice(name=name.split("\x00", 1)[0].strip(), arch=arch)
+    return GpuDevice(name=driver.device_name(), arch=arch)
 
 
 def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100) -> GpuRun:

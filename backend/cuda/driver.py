@@ -129,6 +129,20 @@ def device_attribute(attr_name: str, device: int) -> int:
     return int(call(f"cuDeviceGetAttribute({attr_name})", drv.cuDeviceGetAttribute(attr, dev)))
 
 
+def device_name(device: int | None = None) -> str:
+    """The driver's name of a device ("NVIDIA H100 80GB HBM3"; the current context's by
+    default)."""
+    if device is None:
+        device = ensure_context().device
+    else:
+        _init()
+    drv = bindings()
+    dev = call("cuDeviceGet", drv.cuDeviceGet(device))
+    raw = call("cuDeviceGetName", drv.cuDeviceGetName(256, dev))
+    name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return name.split("\x00", 1)[0].strip()
+
+
 def device_arch(device: int | None = None) -> str:
     """The `sm_XY` name of a device (the current context's by default)."""
     if device is None:

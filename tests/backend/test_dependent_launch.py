@@ -14,6 +14,9 @@ from kernel_harness import compile_once
 
 from tilevm.backend.analysis.signature import Signature, signature_from_program
 from tilevm.backend.analysis.target import TARGETS
+from tilevm.backend.cuda import driver
+from tilevm.backend.cuda.device_array import DeviceArray
+from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.passes.context import PassContext
 from tilevm.backend.passes.select_instructions import select_instructions
 from tilevm.backend.pipeline import run_passes
@@ -121,10 +124,6 @@ def test_gpu_chain_of_dependent_kernels_matches_numpy(dependent: bool) -> None:
     reads what the previous one wrote and overwrites what it read. With the attribute
     each may start while the previous one runs (it signals at entry); the wait keeps
     the result exact."""
-    from tilevm.backend.cuda import driver
-    from tilevm.backend.cuda.device_array import DeviceArray
-    from tilevm.backend.launch import compiled_kernel
-
     if int(driver.device_arch()[3:5]) < 90:
         pytest.skip("programmatic dependent launch needs sm_90 or later")
     n = 1 << 22

@@ -114,19 +114,12 @@ def test_gpu_for_device_name(device_name, name):
     assert (found.name if found else None) == name
 
 
-def device_name(ordinal: int) -> str:
-    drv = driver.bindings()
-    dev = driver.call("cuDeviceGet", drv.cuDeviceGet(ordinal))
-    raw = driver.call("cuDeviceGetName", drv.cuDeviceGetName(256, dev))
-    return raw.split(b"\0")[0].decode()
-
-
 @pytest.mark.gpu
 def test_the_devices_entry_matches_the_drivers_attributes():
     ordinal = driver.ensure_context().device
-    entry = gpu_for_device(device_name(ordinal))
+    entry = gpu_for_device(driver.device_name(ordinal))
     if entry is None:
-        pytest.skip(f"{device_name(ordinal)} is not in the GPU table")
+        pytest.skip(f"{driver.device_name(ordinal)} is not in the GPU table")
 
     def attribute(name: str) -> int:
         return driver.device_attribute(f"CU_DEVICE_ATTRIBUTE_{name}", ordinal)

@@ -158,11 +158,7 @@ def example(name: str):
 
 
 def device_entry():
-    drv = driver.bindings()
-    ordinal = driver.ensure_context().device
-    dev = driver.call("cuDeviceGet", drv.cuDeviceGet(ordinal))
-    name = driver.call("cuDeviceGetName", drv.cuDeviceGetName(256, dev))
-    name = name.split(b"\0")[0].decode()
+    name = driver.device_name()
     entry = gpu_for_device(name)
     if entry is None:
         pytest.skip(f"{name} is not in the GPU table")
