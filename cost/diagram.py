@@ -35,8 +35,8 @@ from tilevm.cost.liveness import LEVELS, Liveness, LoopSpan, Step, TensorLife
 from tilevm.cost.traffic import Traffic
 from tilevm.ir.expr import Expr, format_expr, free_vars
 from tilevm.ir.instructions import AtomicAdd, GlobalView, Instruction
-from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
-from tilevm.ir.transform import instructions
+from tilevm.ir.stmt import AssignVar, For, Let, Program
+from tilevm.ir.transform import instructions, nested_statements
 from tilevm.ir.types import MemorySpace, Tensor
 
 __all__ = ["PALETTE", "format_bytes", "napkin_svg", "step_transfers"]
@@ -327,9 +327,9 @@ def _tensor_types(program: Program) -> dict[str, Tensor]:
 def _streamed(loop: For) -> bool:
     """Whether the loop reads a new global tile every iteration: a read from global
     memory inside it at offsets that read its variable or one bound inside it."""
-    inside = {loop.var} | {s.var for s in _statements(loop.body)
+    inside = {loop.var} | {s.var for s in nested_statements(loop.body)
                            if isinstance(s, (For, Let, AssignVar))}
-    for s in _statements(loop.body):
+    for s in nested_statements(loop.body):
         if isinstance(s, Instruction) and any(
                 source is not None and source.space is MemorySpace.GLOBAL
                 for source, _ in step_transfers(s)):
@@ -339,15 +339,4 @@ def _streamed(loop: For) -> bool:
     return False
 
 
-def _statements(seq: Seq) -> Iterable[object]:
-    for stmt in seq.body:
-        yield stmt
-        if isinstance(stmt, Seq):
-            yield from _statements(stmt)
-        elif isinstance(stmt, For):
-            yield from _statements(stmt.body)
-        elif isinstance(stmt, If):
-            yield from _statements(stmt.then_body)
-            if stmt.else_body is not None:
-                yield from _statements(stmt.else_body)
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tilevm.cost.regions import Box, Piece, memory_pieces, merge_box
-from tilevm.cost.statements import nested_statements, statement_exprs
+from tilevm.cost.statements import statement_exprs
 from tilevm.cost.walk import EXACT_EXTENT, Context, Counts, Unknown, View, Walker, sample
 from tilevm.ir.expr import Binary, Const, Expr, ScalarCast, Select, Unary, Var, free_vars
 from tilevm.ir.instructions import (
@@ -35,6 +35,7 @@ from tilevm.ir.instructions import (
     StoreGlobal,
 )
 from tilevm.ir.stmt import AssignVar, For, Let, Program, Stmt
+from tilevm.ir.transform import nested_statements
 
 __all__ = ["BlockFootprint", "Footprints"]
 

@@ -8,24 +8,11 @@ from collections.abc import Iterator, Mapping
 
 from tilevm.ir.expr import Binary, BlockIndex, Expr, ScalarCast, Select, Unary, Var, free_vars
 from tilevm.ir.instructions import AtomicAdd, GlobalView, Instruction
-from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
+from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Stmt
+from tilevm.ir.transform import nested_statements
 
-__all__ = ["nested_statements", "statement_exprs", "direct_axes", "program_axes", "expr_axes",
+__all__ = ["statement_exprs", "direct_axes", "program_axes", "expr_axes",
            "variable_axes"]
-
-
-def nested_statements(seq: Seq) -> Iterator[Stmt]:
-    """Every statement inside `seq`, nested ones included."""
-    for stmt in seq.body:
-        yield stmt
-        if isinstance(stmt, Seq):
-            yield from nested_statements(stmt)
-        elif isinstance(stmt, For):
-            yield from nested_statements(stmt.body)
-        elif isinstance(stmt, If):
-            yield from nested_statements(stmt.then_body)
-            if stmt.else_body is not None:
-                yield from nested_statements(stmt.else_body)
 
 
 def statement_exprs(stmt: Stmt) -> Iterator[Expr]:

@@ -15,7 +15,7 @@ from math import prod
 
 from tilevm.cost.flops import UNITS, instruction_flops
 from tilevm.cost.scalars import CompiledExprs
-from tilevm.cost.statements import expr_axes, nested_statements, variable_axes
+from tilevm.cost.statements import expr_axes, variable_axes
 from tilevm.ir.errors import VMError
 from tilevm.ir.evaluate import evaluate
 from tilevm.ir.expr import Expr, Var
@@ -31,6 +31,7 @@ from tilevm.ir.instructions import (
     StoreShared,
 )
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
+from tilevm.ir.transform import nested_statements
 from tilevm.ir.types import MemorySpace, Tensor
 
 __all__ = ["LEVELS", "EXACT_EXTENT", "SEGMENTS", "Context", "Counts", "View", "Walker",

@@ -1,17 +1,18 @@
 """Rewriting programs: `map_instructions` replaces each instruction (a pass that annotates
 instructions uses it; `map_seq` does so in a statement tree, and may drop some);
 `map_tensors` replaces every occurrence of tensors (a pass that
-changes tensor types, e.g. layout inference, uses it) throughout a program."""
+changes tensor types, e.g. layout inference, uses it) throughout a program; and walking
+them: `nested_statements`, `instructions`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, replace
 from typing import Any
 
 from tilevm.ir.instructions import Instruction
-from tilevm.ir.stmt import For, If, Program, Seq
+from tilevm.ir.stmt import For, If, Program, Seq, Stmt
 from tilevm.ir.types import Tensor
 
 
@@ -61,18 +62,21 @@ def map_seq(seq: Seq, fn: Callable[[Instruction], Instruction | None],
     return stmt(seq)
 
 
+def nested_statements(seq: Seq) -> Iterator[Stmt]:
+    """Every statement inside `seq`, nested ones included, in program order (a loop or
+    branch before its body)."""
+    for s in seq.body:
+        yield s
+        if isinstance(s, Seq):
+            yield from nested_statements(s)
+        elif isinstance(s, For):
+            yield from nested_statements(s.body)
+        elif isinstance(s, If):
+            yield from nested_statements(s.then_body)
+            if s.else_body is not None:
+                yield from nested_statements(s.else_body)
+
+
 def instructions(seq: Seq) -> list[Instruction]:
     """Every instruction of a statement tree, in program order."""
-    found: list[Instruction] = []
-    for s in seq.body:
-        if isinstance(s, Instruction):
-            found.append(s)
-        elif isinstance(s, Seq):
-            found += instructions(s)
-        elif isinstance(s, For):
-            found += instructions(s.body)
-        elif isinstance(s, If):
-            found += instructions(s.then_body)
-            if s.else_body is not None:
-                found += instructions(s.else_body)
-    return found
+    return [s for s in nested_statements(seq) if isinstance(s, Instruction)]
