@@ -31,7 +31,7 @@ from tilevm.backend.analysis import target
 from tilevm.backend.llvm.codegen import generate
 from tilevm.bench import qmm
 from tilevm.cli import analyze, run
-from tilevm.cli.common import CLIError, find_kernel, load_module, parse_setting, split_target
+from tilevm.cli.common import CLIError, load_target, settings_of
 from tilevm.ir.errors import VMError
 from tilevm.ir.printer import format_program
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout, picture
@@ -81,9 +81,8 @@ def _cmd_layout(args: argparse.Namespace) -> None:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    path, wanted = split_target(args.target)
-    settings = dict(parse_setting(item) for item in args.set or ())
-    kernel = find_kernel(load_module(path), path, wanted)
+    settings = settings_of(args.set)
+    _, kernel = load_target(args.target)
     try:
         target.target(args.arch)
         program = kernel.specialize(**settings)

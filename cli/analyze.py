@@ -8,7 +8,7 @@ import json
 import sys
 
 from tilevm.backend import pipeline, ptxas
-from tilevm.cli.common import CLIError, find_kernel, load_module, parse_setting, split_target
+from tilevm.cli.common import CLIError, load_target, parse_setting, settings_of
 from tilevm.cost import hardware
 from tilevm.cost.diagram import napkin_svg
 from tilevm.cost.liveness import analyze_liveness
@@ -96,8 +96,7 @@ def format_table(e: Estimate, name: str) -> str:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    path, wanted = split_target(args.target)
-    settings = dict(parse_setting(item) for item in args.set or ())
+    settings = settings_of(args.set)
     scalars = _scalars(args.arg)
     try:
         gpu = hardware.gpu(args.gpu)
@@ -107,7 +106,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         gpu = _measured_gpu(gpu, args.ceilings)
     if args.measured_us is not None and not args.measured_us > 0:
         raise CLIError(f"--measured-us must be a positive time, got {args.measured_us}")
-    kernel = find_kernel(load_module(path), path, wanted)
+    _, kernel = load_target(args.target)
     try:
         program = kernel.specialize(**settings)
         compiled = pipeline.compile_program(program, gpu.arch)

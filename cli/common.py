@@ -158,3 +158,15 @@ def split_target(target: str) -> tuple[str, str | None]:
     if sep and tail.isidentifier() and head:
         return head, tail
     return target, None
+
+
+def load_target(target: str) -> tuple[object, Kernel]:
+    """`FILE.py[:KERNEL]`: the imported module and the kernel it names (or its only one)."""
+    path, wanted = split_target(target)
+    module = load_module(path)
+    return module, find_kernel(module, path, wanted)
+
+
+def settings_of(items: Sequence[str] | None) -> dict[str, object]:
+    """`--set name=value ...` as a dict (`parse_setting`)."""
+    return dict(parse_setting(item) for item in items or ())

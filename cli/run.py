@@ -21,11 +21,10 @@ from tilevm.cli.common import (
     CLIError,
     compare,
     describe_args,
-    find_kernel,
-    load_module,
+    load_target,
     non_negative_int,
-    parse_setting,
     protocol,
+    settings_of,
     split_target,
 )
 from tilevm.ir.errors import VMError
@@ -128,10 +127,9 @@ def agreement(gpu, interpreted) -> tuple[bool, str]:
 def _prepare_run(args: argparse.Namespace):
     """`vmc run`'s common part: the module, the kernel, its inputs and constants, the
     specialized program and the reference's expected outputs."""
-    path, wanted = split_target(args.target)
-    settings = dict(parse_setting(item) for item in args.set or ())
-    module = load_module(path)
-    kernel = find_kernel(module, path, wanted)
+    path, _ = split_target(args.target)
+    settings = settings_of(args.set)
+    module, kernel = load_target(args.target)
     make_inputs = protocol(module, path, "example_inputs",
                             "example_inputs(rng, **settings) -> (args, constants)")
     reference = protocol(module, path, "reference",
