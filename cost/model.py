@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tilevm.cost.hardware import GPU
+from tilevm.cost.hardware import GPU, UNITS
 from tilevm.cost.occupancy import Occupancy, Waves, blocks_per_sm, waves
 from tilevm.cost.traffic import Traffic, analyze_traffic
 from tilevm.cost.walk import bind_scalars, launch_grid
@@ -91,9 +91,10 @@ class Estimate:
 
 
 def _rates(gpu: GPU) -> dict[str, float]:
-    """Operations (bytes for dram) per second of each term."""
-    return {"dram": gpu.dram_bandwidth, "tensor_core": gpu.tensor_peak,
-            "fma": gpu.fma_peak, "convert": gpu.fma_peak / 2}
+    """Operations (bytes for dram) per second of each term: the table's peak of each unit
+    it has one for (`GPU.peak`), and for conversions the FP32 pipe's instruction rate."""
+    return {"dram": gpu.dram_bandwidth, **{unit: gpu.peak(unit) for unit in UNITS},
+            "convert": gpu.fma_peak / 2}
 
 
 def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,

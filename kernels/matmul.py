@@ -305,12 +305,6 @@ def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
         raise ValueError(f"x must be [..., K] with K = {K}, got {tuple(x.shape)}")
 
 
-def _launch(x: Any, qw: QuantizedWeight, y: Any, s: Schedule) -> None:
-    """One call of schedule `s` (the tuner's timing loop): prepared and run."""
-    stream = _raw_stream(x.get_device())
-    _run(_plan(x, qw, y, s, stream, tuple(y.shape)), x.data_ptr(), stream, y)
-
-
 # The loaded kernels of this process, by what selects them (cheap keys: every call looks).
 _kernels: dict[tuple[Any, ...], Any] = {}
 
@@ -362,7 +356,7 @@ def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
     if s.staged:
         return qmm_staged_kernel(act)
     if s.dequant:
-        return wt_matmul_kernel(act)  # (after `dequantize_kernel`: `_launch`)
+        return wt_matmul_kernel(act)  # (after `dequantize_kernel`: `_plan`)
     if s.wgmma:
         return qmm_wgmma_shared_kernel(act) if s.shared_weights else qmm_wgmma_kernel(act)
     return qmm_kernel(act)
@@ -492,14 +486,17 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     _progress(f"compiling {len(todo)} qmm variants", 0, len(todo))
     _prebuild(qw, todo, N)
     sleep = getattr(torch.cuda, "_sleep", None)
+    stream, x_address = _raw_stream(x.get_device()), x.data_ptr()
+    plans = []  # each candidate's launches, prepared once (loaded: built above, or here)
     hosts = []  # each candidate's host time to submit one call
     for i, s in enumerate(todo):
         _progress(f"tuning qmm {qw.dtype} g{qw.group_size} M={M} N={N} K={K}", i, len(todo))
-        _launch(x, qw, y, s)  # loads it (built above, or here if that failed)
+        plans.append(_plan(x, qw, y, s, stream, (M, N)))
+        _run(plans[i], x_address, stream, y)
         torch.cuda.synchronize()
         host = time.perf_counter()
         for _ in range(3):
-            _launch(x, qw, y, s)
+            _run(plans[i], x_address, stream, y)
         hosts.append((time.perf_counter() - host) / 3)
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - start  # (with the loads and the warm-up runs)
@@ -508,14 +505,14 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     # first ones timed.
     times: list[list[float]] = [[] for _ in todo]
     for _ in range(reps):
-        for i, s in enumerate(todo):
+        for i in range(len(todo)):
             flush.zero_()
             if sleep is not None:  # keep the GPU busy while the host submits the call,
                 sleep(int(2 * hosts[i] * 2e9))  # so the events time the kernels alone
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
             begin.record()
-            _launch(x, qw, y, s)
+            _run(plans[i], x_address, stream, y)
             end.record()
             end.synchronize()
             times[i].append(begin.elapsed_time(end) * 1e3)
