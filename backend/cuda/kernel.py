@@ -60,9 +60,10 @@ class _TorchFastPath:
     It declines (returns False) anything else: an argument of another kind, a wrong
     count, an explicit grid; the general path then accepts or raises as usual.
 
-    What the general path checks per call and the key does not cover: the alignment of
-    each address (`PreparedLaunch.launch` checks it), and the calling thread's current
-    context (`cuCtxGetCurrent`, checked here: a launch in another context would fail)."""
+    What the general path checks per call and the key does not cover is checked here:
+    the alignment of each address (misaligned: declined, so the general path names the
+    argument), and the calling thread's current context (`cuCtxGetCurrent`: a launch in
+    another context would fail)."""
 
     _KEPT = 1024  # prepared launches kept per kernel (a new scalar value is a new key)
 
@@ -117,12 +118,13 @@ class _TorchFastPath:
                 handle = None
         if handle is None:
             handle = resolve_stream(stream)
-        prepared = self.prepared.get(tuple(key))
+        sizes = tuple(key)
+        prepared = self.prepared.get(sizes)
         if prepared is None:
             prepared = self.kernel.prepare(*args)  # the general checks; raises as a call
             if len(self.prepared) >= self._KEPT:
                 self.prepared.clear()
-            self.prepared[tuple(key)] = prepared
+            self.prepared[sizes] = prepared
         for address, align in zip(pointers, prepared.alignments):
             if address % align:
                 return False  # the general path says which argument
