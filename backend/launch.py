@@ -71,19 +71,31 @@ def compiled_kernel(program: Program, arch: str | None = None) -> Kernel:
 def launch_program(program: Program, args: Sequence[Any], arch: str | None = None) -> None:
     """Run `program` on the GPU with the interpreter's argument form (see above)."""
     kernel = compiled_kernel(program, arch)
+    device_args, copies = to_device(program, args)
+    kernel(*device_args)
+    copy_back(copies)
+
+
+def to_device(program: Program, args: Sequence[Any]
+              ) -> tuple[list[Any], list[tuple[np.ndarray, DeviceArray]]]:
+    """The interpreter's argument form on the device: each numpy array for a pointer
+    parameter copied into a `DeviceArray` (in host form, `host_dtype`; a sub-byte type's
+    packed bytes hold every whole element), other arguments as they are; and the (host,
+    device) pairs of the non-`const` pointers, for `copy_back`."""
     device_args: list[Any] = []
     copies: list[tuple[np.ndarray, DeviceArray]] = []
     for param, value in zip(program.params, args):
         if isinstance(param, Pointer) and isinstance(value, np.ndarray):
-            bits = param.type.dtype.bits
-            count = value.size * 8 // bits if bits < 8 else None  # packed sub-byte bytes
-            array = DeviceArray.from_numpy(np.ascontiguousarray(value), param.type.dtype,
-                                           shape=count)
+            array = DeviceArray.from_numpy(value, param.type.dtype)
             device_args.append(array)
             if not param.type.readonly:
                 copies.append((value, array))
         else:
             device_args.append(value)
-    kernel(*device_args)
+    return device_args, copies
+
+
+def copy_back(copies: Sequence[tuple[np.ndarray, DeviceArray]]) -> None:
+    """Copy each device array of `to_device` back into its host array, in place."""
     for host, array in copies:
         host[...] = array.to_numpy().reshape(host.shape).view(host.dtype)

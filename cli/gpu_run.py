@@ -34,11 +34,9 @@ from typing import Any
 import numpy as np
 
 from tilevm.backend.cuda import driver
-from tilevm.backend.cuda.device_array import DeviceArray
 from tilevm.backend.cuda.errors import CudaError
-from tilevm.backend.launch import compiled_kernel, current_arch
+from tilevm.backend.launch import compiled_kernel, copy_back, current_arch, to_device
 from tilevm.ir.stmt import Program
-from tilevm.ir.types import Pointer
 
 __all__ = ["GpuDevice", "GpuRun", "KernelTime", "gpu_device", "run_on_gpu", "time_launches"]
 
@@ -97,21 +95,9 @@ def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100) -> GpuR
         raise ValueError(f"repeat must be >= 0, got {repeat}")
     kernel = compiled_kernel(program)
     drv = driver.bindings()
-    device_args: list[Any] = []
-    outputs: list[Any] = []
-    copies: list[tuple[np.ndarray, DeviceArray]] = []
-    for param, value in zip(program.params, args):
-        if isinstance(param, Pointer) and isinstance(value, np.ndarray):
-            # The host form (`host_dtype`); sub-byte types: packed bytes, every element.
-            array = DeviceArray.from_numpy(value, param.type.dtype)
-            device_args.append(array)
-            host = value.copy()
-            outputs.append(host)
-            if not param.type.readonly:
-                copies.append((host, array))
-        else:
-            device_args.append(value)
-            outputs.append(value)
+    # the user's arrays stay as they are: the outputs are written into copies
+    outputs = [value.copy() if isinstance(value, np.ndarray) else value for value in args]
+    device_args, copies = to_device(program, outputs)
     # The copies to the device went through the legacy default stream, with which a
     # non-blocking stream is not ordered: wait for them before launching.
     driver.call("cuCtxSynchronize", drv.cuCtxSynchronize())
@@ -122,8 +108,7 @@ def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100) -> GpuR
 
         launch()
         driver.call("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
-        for host, array in copies:
-            host[...] = array.to_numpy().reshape(host.shape).view(host.dtype)
+        copy_back(copies)
         time = time_launches(launch, stream, repeat) if repeat else None
     finally:
         driver.call("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
