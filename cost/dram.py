@@ -8,22 +8,24 @@ The rule (docs/cost-model.md tells it with the examples):
 - Within a wave, a byte that several blocks read is fetched from DRAM once: the blocks
   of a wave run at once and move through their loops at about the same pace, so what
   one fetches the others find in L2. A wave reads the union of its blocks' reads.
-- Across waves, L2 keeps the most recent `l2_bytes` of distinct data: at the start of
-  wave w it holds what waves w - 1, ..., w - j touched (read or written), for the
-  largest j whose union fits, and fills the room left with an even share of the other
-  bytes of wave w - j - 1 (the order of a wave's bytes is not known: each is as likely
-  to be kept). A byte wave w reads that L2 holds is not fetched again, and a byte of
-  that older wave counts as fetched in the fraction not kept. (With the blocks moving
-  through their loops in step, a byte touched in wave w - j at some point of the loop
-  is touched again at the same point of wave w, after the rest of those waves' bytes.)
-- Each written byte reaches DRAM once (the union of the launch's writes), and a byte
-  the launch writes is then in L2: a wave's reads of bytes that it or a wave L2 holds
-  wrote are not fetched (split-K partial sums read back by a tile's last block). A
+- Across waves, a byte that an earlier wave touched (read or written) is still in L2
+  with a probability that falls linearly with its reuse distance d, the distinct bytes
+  the waves since touched: 1 - d / `l2_bytes`, none once d reaches `l2_bytes`. For a
+  byte last touched in wave w - j, d is what waves w - j, ..., w - 1 touched together
+  (the blocks move through their loops in about the same order in every wave, so the
+  byte touched at some point of wave w - j is touched again at that point of wave w,
+  after the rest of those waves' bytes). An LRU cache of exactly `l2_bytes` would keep
+  every byte with d below it and none above; measured L2 traffic (docs/cost-model.md)
+  falls off gradually instead: the blocks of a wave drift apart, and L2 is split into
+  partitions and hashed sets. The linear fall is an LRU cache whose capacity is
+  anywhere between none and `l2_bytes`, with no constant fitted.
+- Each written byte reaches DRAM once (the union of the launch's writes). A wave's
+  reads of bytes it wrote itself are not fetched (split-K partial sums read back by a
+  tile's last block); bytes an earlier wave wrote are kept as the rule above says. A
   kernel that reads a byte before it writes it in the same wave (an update in place)
   is undercounted by those reads.
-
-Where the launch's whole footprint fits in L2 this reads each byte once, except those
-it writes.
+- Where the launch's whole footprint fits in L2, nothing is evicted: each byte is read
+  once, except those it writes.
 """
 
 from __future__ import annotations
@@ -79,17 +81,28 @@ def dram_estimate(footprints: Sequence[BlockFootprint] | Callable[[int], BlockFo
         read = {p: footprint[p] - written[p] for p in pointers}
         return DramEstimate(read, written, footprint, approximate)
     fetched = dict.fromkeys(pointers, 0.0)
+    capacity = 8 * l2_bytes
     for w, (reads, writes, _) in enumerate(waves):
-        (held, held_bits), (older, older_bits), cut = _held(waves, w, 8 * l2_bytes)
-        approximate |= cut
-        # the share of the older wave's other bits that L2 has room for
-        share = (8 * l2_bytes - held_bits) / (older_bits - held_bits) if older else 0.0
-        for p, rects in reads.items():
-            missed = _missed(rects, held.get(p, set()) | writes.get(p, set()))
-            if older:
-                in_older = missed - _missed(rects, older.get(p, set()) | writes.get(p, set()))
-                missed -= share * in_older
-            fetched[p] += missed
+        # missed[p]: the bits of p's reads that no wave since w - j touched (nor this
+        # wave wrote); those first found in wave w - j are kept at 1 - d_j / capacity
+        missed = {p: _missed(rects, writes.get(p, set())) for p, rects in reads.items()}
+        for p, bits in missed.items():
+            fetched[p] += bits
+        since: dict[str, set[Rect]] = {}  # what waves w - j, ..., w - 1 touched
+        for j in range(1, w + 1):
+            if j > MAX_LOOKBACK:
+                approximate = True
+                break
+            for p, rects in waves[w - j][2].items():
+                since.setdefault(p, set()).update(rects)
+            distance = sum(union_area(r) for r in since.values())
+            if distance >= capacity:
+                break
+            kept = 1 - distance / capacity
+            for p, rects in reads.items():
+                still = _missed(rects, since.get(p, set()) | writes.get(p, set()))
+                fetched[p] -= kept * (missed[p] - still)
+                missed[p] = still
     read = {p: round(bits) for p, bits in fetched.items()}
     return DramEstimate(read, written, footprint, approximate)
 
@@ -97,26 +110,6 @@ def dram_estimate(footprints: Sequence[BlockFootprint] | Callable[[int], BlockFo
 def _missed(rects: set[Rect], kept: set[Rect]) -> int:
     """The bits of `rects` outside `kept`."""
     return union_area(rects | kept) - union_area(kept)
-
-
-Held = tuple[dict[str, set[Rect]], int]  # per pointer the rectangles; their bits
-
-
-def _held(waves: list[tuple[dict[str, set[Rect]], ...]], w: int, capacity_bits: int
-          ) -> tuple[Held, Held, bool]:
-    """At the start of wave `w`: what the most recent waves that fit in L2 touched, and
-    with the next older wave (empty if none is left out), and whether the lookback was
-    cut short."""
-    held: Held = ({}, 0)
-    union: dict[str, set[Rect]] = {}
-    for j in range(1, min(w, MAX_LOOKBACK) + 1):
-        for p, rects in waves[w - j][2].items():
-            union.setdefault(p, set()).update(rects)
-        bits = sum(union_area(r) for r in union.values())
-        if bits > capacity_bits:
-            return held, (union, bits), False
-        held = ({p: set(r) for p, r in union.items()}, bits)
-    return held, ({}, 0), w > MAX_LOOKBACK
 
 
 def _planes(blocks_fp: Sequence[BlockFootprint]) -> dict[str, Plane]:
