@@ -9,7 +9,6 @@ access) and each constant's value.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 
 from tilevm.dtypes import DataType
@@ -37,70 +36,103 @@ class CompiledExprs:
 
 
 def compile_expr(e: Expr) -> Compiled:
-    """A function equal to `lambda lookup, block: evaluate(e, lookup, block)`."""
-    if isinstance(e, Const):
-        try:
-            value = evaluate(e, _no_variable)
-        except VMError as err:
-            return _raiser(err)
-        return lambda lookup, block: value
-    if isinstance(e, Var):
-        return lambda lookup, block: lookup(e)
-    if isinstance(e, BlockIndex):
-        if not 0 <= e.axis <= 2:
-            return _raiser(VMError(f"block index axis {e.axis} is not 0, 1 or 2"))
-        axis = e.axis
-        return lambda lookup, block: block[axis]
-    if isinstance(e, Binary):
-        op, dtype, lhs, rhs = e.op, e.dtype, compile_expr(e.lhs), compile_expr(e.rhs)
-        if op in _COMPARE:
-            compare = _COMPARE[op]
-            return lambda lookup, block: int(compare(lhs(lookup, block), rhs(lookup, block)))
-        if not dtype.is_float and op in _INTEGER:
-            return _integer_binary(op, dtype, lhs, rhs)
-        return lambda lookup, block: scalar_binary(op, lhs(lookup, block),
-                                                   rhs(lookup, block), dtype)
-    if isinstance(e, Unary):
-        op, dtype, operand = e.op, e.dtype, compile_expr(e.operand)
-        return lambda lookup, block: scalar_unary(op, operand(lookup, block), dtype)
-    if isinstance(e, Select):
-        dtype, cond = e.dtype, compile_expr(e.cond)
-        if_true, if_false = compile_expr(e.if_true), compile_expr(e.if_false)
-        return lambda lookup, block: convert_scalar(
-            (if_true if cond(lookup, block) else if_false)(lookup, block), dtype)
-    if isinstance(e, ScalarCast):
-        dtype, operand = e.dtype, compile_expr(e.operand)
-        return lambda lookup, block: convert_scalar(operand(lookup, block), dtype)
-    raise TypeError(f"not a scalar expression: {e!r}")
+    """A function equal to `lambda lookup, block: evaluate(e, lookup, block)`: one
+    generated Python function per expression, each node one statement in it (a node the
+    tree shares computed once), so that evaluating costs no call per node. A `Select`'s
+    sides are functions of their own: only the side taken is evaluated."""
+    return _Writer().function(e)
 
 
-_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-            ">": operator.gt, ">=": operator.ge}
-_INTEGER = {"+": operator.add, "-": operator.sub, "*": operator.mul, "min": min, "max": max,
-            "//": operator.floordiv, "%": operator.mod, "cdiv": lambda x, y: -(-x // y)}
+class _Writer:
+    """Writes the body of one generated function: a statement per node, in the order
+    the recursive evaluation visits them."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}  # node id -> its local
+        self.space: dict[str, object] = {"scalar_binary": scalar_binary,
+                                         "scalar_unary": scalar_unary,
+                                         "convert_scalar": convert_scalar, "_raise": _raise}
+
+    def function(self, e: Expr) -> Compiled:
+        result = self.node(e)
+        source = "def run(lookup, block):\n" + "".join(f"    {line}\n" for line in self.lines)
+        source += f"    return {result}\n"
+        exec(compile(source, f"<cost expression {type(e).__name__}>", "exec"), self.space)
+        return self.space["run"]  # type: ignore[return-value]
+
+    def bind(self, value: object) -> str:
+        name = f"k{len(self.space)}"
+        self.space[name] = value
+        return name
+
+    def node(self, e: Expr) -> str:
+        found = self.names.get(id(e))
+        if found is not None:
+            return found
+        name = self.names[id(e)] = f"t{len(self.names)}"
+        self.lines.append(f"{name} = {self.value(e)}")
+        return name
+
+    def value(self, e: Expr) -> str:  # noqa: PLR0911 (one return per kind of node)
+        if isinstance(e, Const):
+            try:
+                return self.bind(evaluate(e, _no_variable))
+            except VMError as err:
+                return f"_raise({self.bind(err)})"
+        if isinstance(e, Var):
+            return f"lookup({self.bind(e)})"
+        if isinstance(e, BlockIndex):
+            if not 0 <= e.axis <= 2:
+                err = VMError(f"block index axis {e.axis} is not 0, 1 or 2")
+                return f"_raise({self.bind(err)})"
+            return f"block[{e.axis}]"
+        if isinstance(e, Binary):
+            lhs, rhs = self.node(e.lhs), self.node(e.rhs)
+            if e.op in _COMPARE:
+                return f"int({lhs} {_COMPARE[e.op]} {rhs})"
+            if e.dtype.is_float or e.op not in _INTEGER:
+                return f"scalar_binary({e.op!r}, {lhs}, {rhs}, {self.bind(e.dtype)})"
+            return self.integer(e.op, e.dtype, lhs, rhs)
+        if isinstance(e, Unary):
+            return f"scalar_unary({e.op!r}, {self.node(e.operand)}, {self.bind(e.dtype)})"
+        if isinstance(e, Select):
+            sides = self.bind(compile_expr(e.if_true)), self.bind(compile_expr(e.if_false))
+            return (f"convert_scalar(({sides[0]} if {self.node(e.cond)} else {sides[1]})"
+                    f"(lookup, block), {self.bind(e.dtype)})")
+        if isinstance(e, ScalarCast):
+            return f"convert_scalar({self.node(e.operand)}, {self.bind(e.dtype)})"
+        raise TypeError(f"not a scalar expression: {e!r}")
+
+    def integer(self, op: str, dtype: DataType, lhs: str, rhs: str) -> str:
+        """An integer operation without `scalar_binary`'s dispatch: the same value where
+        the result is in the type's range (else, and for a zero divisor, `scalar_binary`
+        decides: it wraps, or raises)."""
+        x, y = self.node_of(f"int({lhs})"), self.node_of(f"int({rhs})")
+        r = self.node_of(_INTEGER[op].format(x=x, y=y) if op not in ("//", "%", "cdiv") else
+                         f"None if {y} == 0 else {_INTEGER[op].format(x=x, y=y)}")
+        lo, hi = int(dtype.min_exact), int(dtype.max_exact)
+        return (f"{r} if {r} is not None and {lo} <= {r} <= {hi} else "
+                f"scalar_binary({op!r}, {x}, {y}, {self.bind(dtype)})")
+
+    def node_of(self, text: str) -> str:
+        """A new local holding `text`'s value."""
+        name = f"u{len(self.lines)}"
+        self.lines.append(f"{name} = {text}")
+        return name
 
 
-def _integer_binary(op: str, dtype: DataType, lhs: Compiled, rhs: Compiled) -> Compiled:
-    """An integer operation without `scalar_binary`'s dispatch: the same value where
-    the result is in the type's range (else, and for a zero divisor, `scalar_binary`
-    decides: it wraps, or raises)."""
-    apply, lo, hi = _INTEGER[op], int(dtype.min_exact), int(dtype.max_exact)
-    divides = op in ("//", "%", "cdiv")
+_COMPARE = {"<": "<", "<=": "<=", "==": "==", "!=": "!=", ">": ">", ">=": ">="}
+_INTEGER = {"+": "{x} + {y}", "-": "{x} - {y}", "*": "{x} * {y}", "min": "min({x}, {y})",
+            "max": "max({x}, {y})", "//": "{x} // {y}", "%": "{x} % {y}",
+            "cdiv": "-(-{x} // {y})"}
 
-    def run(lookup: Lookup, block: tuple[int, int, int]) -> Scalar:
-        x, y = int(lhs(lookup, block)), int(rhs(lookup, block))
-        if divides and y == 0:
-            return scalar_binary(op, x, y, dtype)
-        r = apply(x, y)
-        return r if lo <= r <= hi else scalar_binary(op, x, y, dtype)
-    return run
+
+def _raise(err: VMError) -> Scalar:
+    raise err
 
 
 def _no_variable(var: Var) -> Scalar:
     raise VMError(f"{var.name} in a constant")
 
 
-def _raiser(err: VMError) -> Compiled:
-    def fail(lookup: Lookup, block: tuple[int, int, int]) -> Scalar:
-        raise err
-    return fail
