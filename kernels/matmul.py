@@ -39,6 +39,9 @@ from typing import Any, NamedTuple
 
 from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.prebuild import prebuild
+from tilevm.cost.hardware import gpu_for_device
+from tilevm.cost.model import Resources
+from tilevm.cost.rank import fastest, predicted_seconds
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
@@ -351,6 +354,19 @@ def _dequantizer_program(qw: QuantizedWeight) -> Any:
         bk=k_tile(qw.group_size))
 
 
+def _launches(qw: QuantizedWeight, s: Schedule, N: int) -> list[tuple[Any, Any]]:
+    """(program, loaded kernel) of each launch a call with schedule `s` makes."""
+    qmm = (_program(qw, s, N), _qmm(qw, s, N))
+    return [(_dequantizer_program(qw), _dequantizer(qw)), qmm] if s.dequant else [qmm]
+
+
+def _resources(kernel: Any) -> Resources:
+    """What a block of the loaded `kernel` holds: its threads, ptxas's registers per
+    thread, its shared bytes."""
+    return Resources(kernel.num_threads, kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                     kernel.shared_bytes)
+
+
 def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
     """The kernel factory's kernel that schedule `s` selects, for activations `act`."""
     if s.staged:
@@ -472,8 +488,14 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
     return schedule
 
 
-def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[str, Any]]:
-    """Compile and time every candidate schedule; return the fastest and a report."""
+def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
+         ) -> tuple[Schedule, dict[str, Any]]:
+    """Compile every candidate schedule and time them; return the fastest and a report.
+    With `ranked`, on a GPU the cost model's table holds (`cost.hardware`), only the
+    third of the candidates the model predicts fastest is timed (`cost.rank`). Off by
+    default: here the model's analysis takes longer than timing every compiled
+    candidate, and its third misses the best in a few problems (docs/cost-model.md,
+    "The tuner with the ranking")."""
     import torch
 
     K, N = qw.shape
@@ -485,6 +507,15 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     start = time.perf_counter()
     _progress(f"compiling {len(todo)} qmm variants", 0, len(todo))
     _prebuild(qw, todo, N)
+    considered = len(todo)
+    gpu = gpu_for_device(torch.cuda.get_device_name(x.device)) if ranked else None
+    analysis = time.perf_counter()
+    if gpu is not None and len(todo) > 1:
+        _progress(f"ranking {len(todo)} qmm variants by the cost model", 0, 1)
+        launches = [[(program, {"M": M, "N": N, "K": K}, _resources(kernel))
+                     for program, kernel in _launches(qw, s, N)] for s in todo]
+        todo = [todo[i] for i in fastest(predicted_seconds(launches, gpu), 1 / 3)]
+    analysis_s = time.perf_counter() - analysis
     sleep = getattr(torch.cuda, "_sleep", None)
     stream, x_address = _raw_stream(x.get_device()), x.data_ptr()
     plans = []  # each candidate's launches, prepared once (loaded: built above, or here)
@@ -519,8 +550,8 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20) -> tuple[Schedule, dict[st
     timings = [(sorted(t)[len(t) // 2], s) for t, s in zip(times, todo, strict=True)]
     _progress("", len(todo), len(todo))
     best_us, best = min(timings, key=lambda t: t[0])
-    return best, {"us": round(best_us, 2), "candidates": len(todo),
-                  "compile_s": round(compile_s, 2),
+    return best, {"us": round(best_us, 2), "candidates": considered, "timed": len(todo),
+                  "analysis_s": round(analysis_s, 2), "compile_s": round(compile_s, 2),
                   "tuning_s": round(time.perf_counter() - start, 2)}
 
 

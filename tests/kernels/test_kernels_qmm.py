@@ -607,6 +607,36 @@ def test_gpu_quantized_linear_and_tuning(tmp_path, monkeypatch):
     assert torch.equal(layer(x), y)  # the schedule comes back from the table
 
 
+@pytest.mark.gpu
+def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
+    import torch
+
+    from tilevm.cost.hardware import gpu_for_device
+    from tilevm.cost.rank import fastest, predicted_seconds
+    from tilevm.kernels import quantized_matmul
+
+    M, K, N = 16, 1024, 768
+    qw = quantize(torch.randn(K, N, device="cuda"), "int4", 128, format=FRAGMENTS)
+    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    todo = schedule.candidates(M, N, K, 128, hopper=matmul.is_hopper(x.device), bits=4)
+    best, report = matmul.tune(x, qw, reps=3, ranked=True)
+    assert report["candidates"] == len(todo)
+    gpu = gpu_for_device(torch.cuda.get_device_name())
+    if gpu is None:  # a GPU the model has no table for: every candidate timed
+        assert report["timed"] == len(todo)
+    else:  # the model's fastest third, computed here independently of the tuner
+        launches = [[(p, {"M": M, "N": N, "K": K}, matmul._resources(k))
+                     for p, k in matmul._launches(qw, s, N)] for s in todo]
+        kept = [todo[i] for i in fastest(predicted_seconds(launches, gpu, workers=1), 1 / 3)]
+        assert report["timed"] == len(kept) == max(1, len(todo) // 3)
+        assert best in kept
+    ref = x.double() @ qw.dequantize().double()
+    y = quantized_matmul(x, qw, schedule=best)
+    assert (y.double() - ref).abs().max() <= 2.0 ** -8 * ref.abs().max() + 1e-2
+    _, everything = matmul.tune(x, qw, reps=3)  # (the default: every candidate)
+    assert everything["timed"] == everything["candidates"] == len(todo)
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
 def test_bad_input_is_rejected_before_any_launch():
     import torch
