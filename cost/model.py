@@ -7,12 +7,15 @@ them, `min(1, w / gpu.dram_saturating_warps)` of it), each unit's operations ove
 peak (a conversion counts as one FP32-pipe instruction, `fma_peak / 2` a second: no
 public table gives the conversion rate). The bound is the largest term.
 
-The prediction starts from the memory time `m` (the DRAM term) and the compute time `c`
-(the largest unit term, scaled by the wave quantization: with `w` waves of `s` slots and
-`b` blocks the units work `w` wave times where `b / s` would suffice; the DRAM term is
-not scaled, the blocks of a partial wave share the bandwidth the others leave):
-`max(m, c) + gpu.unoverlapped_fraction * min(m, c) + waves * gpu.wave_latency_s`.
-The two constants are fitted on measured H100 candidates (docs/cost-model.md).
+The prediction overlaps terms partly, by one rule: a set of terms that run at once
+takes the largest of them plus `u = gpu.unoverlapped_fraction` of the others. The units
+overlap so among themselves (the warps that convert weights also issue the tensor-core
+instructions), giving the compute time `c`, scaled by the wave quantization (with `w`
+waves of `s` slots and `b` blocks the units work `w` wave times where `b / s` would
+suffice); then memory `m` (the DRAM term, not scaled: the blocks of a partial wave
+share the bandwidth the others leave) and compute: `max(m, c) + u * min(m, c) + waves *
+gpu.wave_latency_s`. The two constants are fitted on measured H100 candidates
+(docs/cost-model.md).
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ def _rates(gpu: GPU) -> dict[str, float]:
             "convert": gpu.fma_peak / 2}
 
 
+def _overlapped(times: list[float], unoverlapped: float) -> float:
+    """Terms that run at once: the largest, plus `unoverlapped` of the others."""
+    return max(times) + unoverlapped * (sum(times) - max(times))
+
+
 def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
              resources: Resources) -> Estimate:
     """The estimate of launching `program` with these runtime scalars on `gpu`, its blocks
@@ -116,9 +124,8 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
     bound = seconds[bound_term]
     ideal_waves = blocks / launch_waves.slots if launch_waves.slots else 0.0
     quantization = launch_waves.waves / ideal_waves if ideal_waves else 1.0
-    memory = seconds["dram"]
-    compute = max(seconds[t] for t in TERMS[1:]) * quantization
-    predicted = max(memory, compute) + gpu.unoverlapped_fraction * min(memory, compute) + \
-        launch_waves.waves * gpu.wave_latency_s
+    compute = _overlapped([seconds[t] for t in TERMS[1:]], gpu.unoverlapped_fraction)
+    predicted = _overlapped([seconds["dram"], compute * quantization],
+                            gpu.unoverlapped_fraction) + launch_waves.waves * gpu.wave_latency_s
     return Estimate(gpu, traffic, blocks, resources, occupancy, launch_waves, seconds,
                     bound_term, bound, predicted)
