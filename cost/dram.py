@@ -39,13 +39,15 @@ from tilevm.cost.regions import Piece, Plane, Rect, plane_for, union_area
 __all__ = ["DramEstimate", "dram_estimate", "MAX_LOOKBACK"]
 
 MAX_LOOKBACK = 16  # earlier waves a wave's L2 is looked for in (more: approximate)
+SAMPLE_ABOVE = 4096  # blocks: a larger launch is estimated from SAMPLED_WAVES waves
+SAMPLED_WAVES = 12
 
 
 @dataclass(frozen=True)
 class DramEstimate:
     """Per pointer, in bits: `read` (fetched from DRAM), `written` (reaching it),
-    `footprint` (distinct bits touched); `approximate`: a block's footprint was, or the
-    lookback was cut at `MAX_LOOKBACK` waves."""
+    `footprint` (distinct bits touched); `approximate`: a block's footprint was, the
+    lookback was cut at `MAX_LOOKBACK` waves, or the waves were sampled."""
 
     read: Mapping[str, int]
     written: Mapping[str, int]
@@ -57,54 +59,131 @@ def dram_estimate(footprints: Sequence[BlockFootprint] | Callable[[int], BlockFo
                   blocks: int, blocks_per_wave: int, l2_bytes: int) -> DramEstimate:
     """The estimate of the module docstring for `blocks` blocks whose footprints, in
     launch order, `footprints` gives (a sequence, or a function of the block's linear
-    index)."""
+    index).
+
+    A launch of more than `SAMPLE_ABOVE` blocks is estimated from `SAMPLED_WAVES` waves
+    spread over it, the last two included (with the earlier waves each looks back on):
+    the bytes each fetches, writes and first touches are interpolated linearly between
+    them (marked approximate). Walking the footprints of 30,000 blocks takes the Python
+    walk tens of seconds, and the waves of a tiled kernel differ little."""
     if blocks_per_wave < 1:
         raise ValueError(f"blocks_per_wave must be at least 1, got {blocks_per_wave}")
     get = footprints if callable(footprints) else footprints.__getitem__
-    blocks_fp = [get(i) for i in range(blocks)]
-    planes = _planes(blocks_fp)
-    waves = []  # per wave, per pointer: the rectangles read, written, touched
-    for first in range(0, blocks, blocks_per_wave):
-        wave: tuple[dict[str, set[Rect]], ...] = ({}, {}, {})
-        for fp in blocks_fp[first:first + blocks_per_wave]:
-            for side, into in ((fp.reads, wave[0]), (fp.writes, wave[1])):
-                for pointer, pieces in side.items():
-                    rects = _rects(planes[pointer], pieces)
-                    into.setdefault(pointer, set()).update(rects)
-                    wave[2].setdefault(pointer, set()).update(rects)
-        waves.append(wave)
-    approximate = any(fp.approximate for fp in blocks_fp)
-    pointers = sorted(planes)
-    footprint = {p: union_area(r for w in waves for r in w[2].get(p, ())) for p in pointers}
-    written = {p: union_area(r for w in waves for r in w[1].get(p, ())) for p in pointers}
-    if sum(footprint.values()) <= 8 * l2_bytes:  # all of it stays: each byte read once
-        read = {p: footprint[p] - written[p] for p in pointers}
-        return DramEstimate(read, written, footprint, approximate)
-    fetched = dict.fromkeys(pointers, 0.0)
+    count = -(-blocks // blocks_per_wave)
+    sampled = blocks > SAMPLE_ABOVE and count > SAMPLED_WAVES
+    picks = sorted({round(i * (count - 2) / (SAMPLED_WAVES - 2))
+                    for i in range(SAMPLED_WAVES - 1)} | {count - 1}) if sampled \
+        else list(range(count))
+    waves = _Waves(get, blocks, blocks_per_wave, picks)
     capacity = 8 * l2_bytes
-    for w, (reads, writes, _) in enumerate(waves):
-        # missed[p]: the bits of p's reads that no wave since w - j touched (nor this
-        # wave wrote); those first found in wave w - j are kept at 1 - d_j / capacity
-        missed = {p: _missed(rects, writes.get(p, set())) for p, rects in reads.items()}
-        for p, bits in missed.items():
-            fetched[p] += bits
-        since: dict[str, set[Rect]] = {}  # what waves w - j, ..., w - 1 touched
-        for j in range(1, w + 1):
-            if j > MAX_LOOKBACK:
-                approximate = True
-                break
-            for p, rects in waves[w - j][2].items():
-                since.setdefault(p, set()).update(rects)
-            distance = sum(union_area(r) for r in since.values())
-            if distance >= capacity:
-                break
-            kept = 1 - distance / capacity
-            for p, rects in reads.items():
-                still = _missed(rects, since.get(p, set()) | writes.get(p, set()))
-                fetched[p] -= kept * (missed[p] - still)
-                missed[p] = still
-    read = {p: round(bits) for p, bits in fetched.items()}
-    return DramEstimate(read, written, footprint, approximate)
+    per_wave = [_wave_bits(waves, w, capacity) for w in picks]
+    approximate = waves.approximate or sampled or any(cut for *_, cut in per_wave)
+    if sampled:
+        fetched, written, footprint = (_interpolated(picks, [q[i] for q in per_wave])
+                                       for i in range(3))
+    else:  # the unions over every wave, exactly
+        pointers = sorted(waves.planes)
+        fetched = _sum(q[0] for q in per_wave)
+        footprint = {p: union_area(r for w in picks for r in waves.rects(w)[2].get(p, ()))
+                     for p in pointers}
+        written = {p: union_area(r for w in picks for r in waves.rects(w)[1].get(p, ()))
+                   for p in pointers}
+    if sum(footprint.values()) <= capacity:  # all of it stays: each byte read once
+        fetched = {p: footprint[p] - written.get(p, 0) for p in footprint}
+    return DramEstimate({p: round(b) for p, b in fetched.items()},
+                        {p: round(b) for p, b in written.items()},
+                        {p: round(b) for p, b in footprint.items()}, approximate)
+
+
+WaveRects = tuple[dict[str, set[Rect]], dict[str, set[Rect]], dict[str, set[Rect]]]
+
+
+class _Waves:
+    """The launch's waves as rectangles per pointer (read, written, touched), each made
+    when first asked for; the planes come from the footprints of the waves `picks`."""
+
+    def __init__(self, get: Callable[[int], BlockFootprint], blocks: int, per_wave: int,
+                 picks: list[int]) -> None:
+        self.get, self.blocks, self.per_wave = get, blocks, per_wave
+        self._footprints: dict[int, list[BlockFootprint]] = {}
+        self._rects: dict[int, WaveRects] = {}
+        self.planes = _planes([fp for w in picks for fp in self.footprints(w)])
+        self.approximate = False
+
+    def footprints(self, w: int) -> list[BlockFootprint]:
+        if w not in self._footprints:
+            first = w * self.per_wave
+            self._footprints[w] = [self.get(i) for i in
+                                   range(first, min(first + self.per_wave, self.blocks))]
+        return self._footprints[w]
+
+    def rects(self, w: int) -> WaveRects:
+        if w not in self._rects:
+            wave: WaveRects = ({}, {}, {})
+            for fp in self.footprints(w):
+                self.approximate |= fp.approximate
+                for side, into in ((fp.reads, wave[0]), (fp.writes, wave[1])):
+                    for pointer, pieces in side.items():
+                        plane = self.planes.get(pointer) or self._plane(pointer, pieces)
+                        rects = _rects(plane, pieces)
+                        into.setdefault(pointer, set()).update(rects)
+                        wave[2].setdefault(pointer, set()).update(rects)
+            self._rects[w] = wave
+        return self._rects[w]
+
+    def _plane(self, pointer: str, pieces: Iterable[Piece]) -> Plane:
+        """The plane of a pointer the planned waves did not touch."""
+        self.planes[pointer] = plane_for(pieces)
+        return self.planes[pointer]
+
+
+def _wave_bits(waves: _Waves, w: int, capacity: float
+               ) -> tuple[dict[str, float], dict[str, int], dict[str, int], bool]:
+    """Wave `w`'s bits by pointer: fetched (the rule of the module docstring), written,
+    touched for the first time since the waves it looks back on; and whether its
+    lookback was cut at `MAX_LOOKBACK`."""
+    reads, writes, touched = waves.rects(w)
+    # missed[p]: the bits of p's reads that no wave since w - j touched (nor this wave
+    # wrote); those first found in wave w - j are kept at 1 - d_j / capacity
+    missed = {p: _missed(rects, writes.get(p, set())) for p, rects in reads.items()}
+    fetched: dict[str, float] = dict(missed)
+    since: dict[str, set[Rect]] = {}  # what waves w - j, ..., w - 1 touched
+    cut = False
+    for j in range(1, w + 1):
+        if j > MAX_LOOKBACK:
+            cut = True
+            break
+        for p, rects in waves.rects(w - j)[2].items():
+            since.setdefault(p, set()).update(rects)
+        distance = sum(union_area(r) for r in since.values())
+        if distance >= capacity:
+            break
+        kept = 1 - distance / capacity
+        for p, rects in reads.items():
+            still = _missed(rects, since.get(p, set()) | writes.get(p, set()))
+            fetched[p] -= kept * (missed[p] - still)
+            missed[p] = still
+    new = {p: _missed(rects, since.get(p, set())) for p, rects in touched.items()}
+    return fetched, {p: union_area(r) for p, r in writes.items()}, new, cut
+
+
+def _sum(values: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for by_pointer in values:
+        for p, v in by_pointer.items():
+            total[p] = total.get(p, 0) + v
+    return total
+
+
+def _interpolated(picks: list[int], values: list[Mapping[str, float]]) -> dict[str, float]:
+    """The sum over every wave up to the last pick of per-wave values known at `picks`
+    (increasing, from 0), linear in between."""
+    total = _sum(values[-1:])
+    for (a, va), (b, vb) in zip(zip(picks, values), zip(picks[1:], values[1:])):
+        for p in set(va) | set(vb):
+            x, y = va.get(p, 0), vb.get(p, 0)
+            total[p] = total.get(p, 0) + (b - a) * x + (y - x) * (b - a - 1) / 2
+    return total
 
 
 def _missed(rects: set[Rect], kept: set[Rect]) -> int:

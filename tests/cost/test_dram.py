@@ -197,3 +197,21 @@ def test_split_k_partial_sums_are_read_back_from_l2_where_it_holds_them(per_wave
     assert t.tensors["scales"].dram == N * K // 128 * 2
     assert t.tensors["x"].dram == M * K * 2
     assert t.tensors["y"].dram == M * N * 2
+
+
+def test_a_large_launch_is_estimated_from_sampled_waves(monkeypatch):
+    from tilevm.cost import dram
+
+    program = matmul.specialize(bm=32, bn=32, bk=32)
+    sizes = {"M": 2048, "N": 2560, "K": 256}  # 64 x 80 = 5,120 blocks: 18 waves of 300
+    assert 64 * 80 > dram.SAMPLE_ABOVE
+    sampled = analyze_traffic(program, sizes, l2_bytes=1 << 20, blocks_per_wave=300)
+    monkeypatch.setattr(dram, "SAMPLE_ABOVE", 10 ** 9)
+    exact = analyze_traffic(program, sizes, l2_bytes=1 << 20, blocks_per_wave=300)
+    assert sampled.approximate and not exact.approximate
+    # the waves of a tiled kernel differ little: interpolated between 12 of them
+    assert sampled.dram == pytest.approx(exact.dram, rel=0.01)
+    assert sampled.tensors["c"].dram == exact.tensors["c"].dram == 2 * 2048 * 2560
+    assert sampled.working_set == pytest.approx(exact.working_set, rel=0.1)
+    moved = {level: b for level, b in exact.total.items() if level != "dram"}
+    assert {level: sampled.total[level] for level in moved} == moved  # (not sampled so)
