@@ -12,6 +12,8 @@
     vmc analyze FILE.py[:KERNEL] [--set ...] [--arg M=...] [--gpu h100] [--json]
                              the cost model of one launch: bytes per memory level, FLOPs
                              per unit, occupancy, waves, the bound and the prediction
+    vmc tune --permute FILE.ptx [--seed S] [-o OUT.ptx]
+                             one legal reordering of a PTX file's instructions
     vmc bench qmm OUT_DIR [options]
                              the quantized matmul benchmark on the GPU (tilevm.bench.qmm;
                              `vmc bench qmm --help` lists its options)
@@ -30,7 +32,7 @@ from tilevm.backend import pipeline, ptxas
 from tilevm.backend.analysis import target
 from tilevm.backend.llvm.codegen import generate
 from tilevm.bench import qmm
-from tilevm.cli import analyze, run
+from tilevm.cli import analyze, run, tune
 from tilevm.cli.common import CLIError, load_target, settings_of
 from tilevm.ir.errors import VMError
 from tilevm.ir.printer import format_program
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run.add_parser(sub)
     analyze.add_parser(sub)
+    tune.add_parser(sub)
 
     p = sub.add_parser(
         "bench", help="run a benchmark on the GPU (JSON, Markdown, plot)",

@@ -36,11 +36,12 @@ ALLOWED: dict[str, set[str]] = {
     "examples": {"dtypes", "layouts", "ir", "vm"},
     "cost": {"dtypes", "layouts", "ir", "backend"},  # of the backend, analysis only (below)
     "kernels": {"dtypes", "layouts", "ir", "vm", "backend", "cost"},
+    "tune": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels"},
     "bench": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", ""},
     "cli": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", "examples", "bench",
-            ""},
+            "tune", ""},
     "": {"dtypes", "layouts", "ir", "vm", "backend", "cost", "kernels", "examples", "bench",
-         "cli"},
+         "cli", "tune"},
 }
 SUBPACKAGES = {name for name in ALLOWED if name and (ROOT / name / "__init__.py").exists()}
 

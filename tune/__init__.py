@@ -1,0 +1,5 @@
+"""Tuning: the search over a kernel's schedules and instruction orders (issue: SIP).
+
+`ptx_order`: the dependency graph of a PTX function's straight-line runs and random
+legal orders of them (`vmc tune --permute`).
+"""
