@@ -12,10 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from tilevm import dtypes
-from tilevm.backend import ptxas
+from tilevm.backend import gpu_run, ptxas
 from tilevm.backend.analysis import target
 from tilevm.backend.cuda.errors import CudaError, NoDriverError
-from tilevm.cli import gpu_run
 from tilevm.cli.common import (
     DEFAULT_ATOL,
     CLIError,

@@ -20,8 +20,8 @@ import pytest
 from kernel_harness import ROOT, vmc
 
 from tilevm import dtypes
+from tilevm.backend import gpu_run
 from tilevm.backend.cuda import driver
-from tilevm.cli import gpu_run
 from tilevm.cli.common import compare
 from tilevm.cli.run import agreement
 from tilevm.ir.errors import VMError

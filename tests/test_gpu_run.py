@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from tilevm.backend import gpu_run
 from tilevm.backend.cuda import driver
-from tilevm.cli import gpu_run
 
 HOST_S = 50e-6
 KERNEL_S = 3e-6

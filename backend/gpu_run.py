@@ -1,5 +1,6 @@
-"""`vmc run` on the GPU: a program launched on the interpreter's argument form (numpy
-arrays and Python scalars), its outputs copied back, and the kernel's time.
+"""A program run on the GPU on the interpreter's argument form (numpy arrays and Python
+scalars), its outputs copied back, and the kernel's time: `vmc run`'s GPU side, and the
+tuner's runner (`tune.runner`), which passes a kernel of its own (a PTX variant).
 
     device = gpu_device()                        # NoDriverError without a driver or GPU
     result = run_on_gpu(program, args, repeat=100)
@@ -35,6 +36,7 @@ import numpy as np
 
 from tilevm.backend.cuda import driver
 from tilevm.backend.cuda.errors import CudaError
+from tilevm.backend.cuda.kernel import Kernel
 from tilevm.backend.launch import compiled_kernel, copy_back, current_arch, to_device
 from tilevm.ir.stmt import Program
 
@@ -86,14 +88,15 @@ def gpu_device() -> GpuDevice:
     return GpuDevice(name=driver.device_name(), arch=arch)
 
 
-def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100) -> GpuRun:
-    """Compile `program` for the current GPU, launch it once on `args` (the interpreter's
-    argument form, left untouched) and copy its outputs back; then time `repeat` more
-    launches (none when 0). Compiler and launch errors propagate (`VMError`,
-    `CudaError`, `ptxas.PTXError`)."""
+def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100,
+               kernel: Kernel | None = None) -> GpuRun:
+    """Compile `program` for the current GPU (or take `kernel`, a loaded kernel of it),
+    launch it once on `args` (the interpreter's argument form, left untouched) and copy
+    its outputs back; then time `repeat` more launches (none when 0). Compiler and
+    launch errors propagate (`VMError`, `CudaError`, `ptxas.PTXError`)."""
     if repeat < 0:
         raise ValueError(f"repeat must be >= 0, got {repeat}")
-    kernel = compiled_kernel(program)
+    kernel = kernel or compiled_kernel(program)
     drv = driver.bindings()
     # the user's arrays stay as they are: the outputs are written into copies
     outputs = [value.copy() if isinstance(value, np.ndarray) else value for value in args]
