@@ -1,0 +1,185 @@
+"""Candidates run in a child process, behind a watchdog: a candidate that faults, hangs
+or fails to load is marked invalid, and the search goes on.
+
+    outcomes = run_candidates([Candidate(program), Candidate(program, ptx=variant)],
+                              inputs=[args0, args1], repeat=20, timeout_s=30)
+    outcomes[1].error or outcomes[1].outputs == outcomes[0].outputs
+
+Why a child: a kernel whose instruction order or control bits were edited carelessly
+does not give wrong numbers so much as it kills the CUDA context (an illegal instruction
+or address); everything the process held on the GPU is then lost. A worker process
+(`python -m tilevm.tune.runner`, given the caller's `sys.path`) receives the inputs
+once and then one candidate at a time over a pipe; it answers with the outputs (the
+bytes of every array the kernel writes, per input set) and the median kernel time on
+the first input set (`backend.gpu_run`). After a CUDA error the worker exits, and one
+that does not answer within `timeout_s` is killed; either way the candidate is invalid
+and a new worker takes the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from tilevm.backend.gpu_run import run_on_gpu
+from tilevm.backend.launch import compiled_kernel
+from tilevm.ir.stmt import Program
+from tilevm.ir.types import Pointer
+from tilevm.tune.variants import ptx_variant
+
+__all__ = ["Candidate", "Outcome", "run_candidates"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A kernel to run: `program` compiled as usual, or loaded from `ptx` (a variant of
+    its compiled PTX, `tune.variants`)."""
+
+    program: Program
+    ptx: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a candidate did: per input set, the bytes of each array it writes
+    (`outputs`), its median kernel time in seconds on the first input set (None when
+    not timed), or why it is invalid (`error`)."""
+
+    outputs: tuple[tuple[bytes, ...], ...] | None = None
+    seconds: float | None = None
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+
+def run_candidates(candidates: Sequence[Candidate], inputs: Sequence[Sequence[Any]], *,
+                   repeat: int = 20, timeout_s: float = 60.0) -> list[Outcome]:
+    """Each candidate's outcome on every input set (the interpreter's argument form:
+    numpy arrays and Python scalars; left untouched), in order; `repeat` timed launches
+    on the first set (0: not timed); `timeout_s` for one candidate, its load included."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    outcomes: list[Outcome] = []
+    worker: _Worker | None = None
+    try:
+        for candidate in candidates:
+            if worker is None:
+                worker = _Worker(inputs)
+            outcome = worker.run(candidate, repeat, timeout_s)
+            if outcome.error is not None:  # the worker is gone or unusable: a new one
+                worker.close()
+                worker = None
+            outcomes.append(outcome)
+    finally:
+        if worker is not None:
+            worker.close()
+    return outcomes
+
+
+class _Worker:
+    def __init__(self, inputs: Sequence[Sequence[Any]]) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [entry or os.getcwd() for entry in sys.path]))  # the caller's tilevm
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tilevm.tune.runner"], env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.inputs = [list(args) for args in inputs]
+        self.sent_inputs = False
+
+    def run(self, candidate: Candidate, repeat: int, timeout_s: float) -> Outcome:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            if not self.sent_inputs:
+                _send(self.process.stdin, ("inputs", self.inputs))
+                self.sent_inputs = True
+            _send(self.process.stdin, ("run", (candidate, repeat)))
+        except (BrokenPipeError, OSError):
+            return Outcome(error="the runner process died before the candidate was sent")
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        if not ready:
+            return Outcome(error=f"timeout: no answer within {timeout_s:g} s (a hang?)")
+        reply = _receive(self.process.stdout)
+        if reply is None:
+            return Outcome(error=f"the runner process died (exit status "
+                                 f"{self.process.poll()})")
+        kind, payload = reply
+        if kind == "error":
+            return Outcome(error=payload)
+        outputs, seconds = payload
+        return Outcome(outputs=outputs, seconds=seconds)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _send(pipe: BinaryIO, message: object) -> None:
+    data = pickle.dumps(message)
+    pipe.write(struct.pack("<Q", len(data)) + data)
+    pipe.flush()
+
+
+def _receive(pipe: BinaryIO) -> Any:
+    header = pipe.read(8)
+    if len(header) < 8:
+        return None
+    (size,) = struct.unpack("<Q", header)
+    data = pipe.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int
+             ) -> tuple[tuple[tuple[bytes, ...], ...], float | None]:
+    """(In the worker.) The outputs and the time of one candidate."""
+    program = candidate.program
+    kernel = compiled_kernel(program) if candidate.ptx is None else \
+        ptx_variant(program, candidate.ptx)
+    written = [i for i, p in enumerate(program.params)
+               if isinstance(p, Pointer) and not p.type.readonly]
+    outputs, seconds = [], None
+    for k, args in enumerate(inputs):
+        run = run_on_gpu(program, args, repeat=repeat if k == 0 else 0, kernel=kernel)
+        outputs.append(tuple(run.outputs[i].tobytes() for i in written))
+        if k == 0 and run.time is not None:
+            seconds = run.time.median_s
+    return tuple(outputs), seconds
+
+
+def _serve() -> None:
+    """The worker: answer candidates until the pipe closes or a CUDA error (after which
+    the context may be unusable: exit, the parent starts another)."""
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
+    inputs: list[list[Any]] = []
+    while True:
+        message = _receive(requests)
+        if message is None:
+            return
+        kind, payload = message
+        if kind == "inputs":
+            inputs = payload
+            continue
+        candidate, repeat = payload
+        try:
+            _send(replies, ("ok", _run_one(candidate, inputs, repeat)))
+        except Exception as err:  # noqa: BLE001 (every failure makes the candidate invalid)
+            _send(replies, ("error", f"{type(err).__name__}: {err}"))
+            return
+
+
+if __name__ == "__main__":
+    _serve()
