@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["PtxOrder", "Instruction", "Run", "PtxOrderError"]
@@ -83,6 +84,17 @@ class Run:
 
     instructions: list[Instruction]
     edges: set[tuple[int, int]] = field(default_factory=set)
+
+    def window(self, order: Sequence[int], position: int) -> range:
+        """Where the instruction at `position` of `order` may go: the insertion indices
+        into the order without it that keep it after its predecessors and before its
+        successors."""
+        moving = order[position]
+        rest = [i for i in order if i != moving]
+        at = {i: k for k, i in enumerate(rest)}
+        before = [at[a] for a, b in self.edges if b == moving]
+        after = [at[b] for a, b in self.edges if a == moving]
+        return range(max(before, default=-1) + 1, min(after, default=len(rest)) + 1)
 
     def order(self, rng: random.Random) -> list[int]:
         """A uniformly random pick among the ready instructions at each step."""
@@ -159,12 +171,23 @@ class PtxOrder:
 
     def permuted(self, rng: random.Random) -> str:
         """The text with each run in a random legal order."""
+        return self.text([run.order(rng) for run in self.runs])
+
+    def text(self, orders: Sequence[Sequence[int]] | None = None) -> str:
+        """The text with the runs in `orders` (one order per run, by index; None: as
+        parsed)."""
+        runs = self.runs
+        if orders is None:
+            orders = [range(len(run.instructions)) for run in runs]
+        if len(orders) != len(runs):
+            raise ValueError(f"{len(orders)} orders for {len(runs)} runs")
+        placed = dict(zip(map(id, runs), orders, strict=True))
         out = []
         for piece in self.pieces:
             if isinstance(piece, str):
                 out.append(piece)
             else:
-                out.extend(piece.instructions[i].text for i in piece.order(rng))
+                out.extend(piece.instructions[i].text for i in placed[id(piece)])
         return "".join(out)
 
     @property

@@ -34,7 +34,7 @@ from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
 from tilevm.tune.variants import ptx_variant
 
-__all__ = ["Candidate", "Outcome", "run_candidates"]
+__all__ = ["Candidate", "Outcome", "Runner", "run_candidates"]
 
 
 @dataclass(frozen=True)
@@ -66,23 +66,41 @@ def run_candidates(candidates: Sequence[Candidate], inputs: Sequence[Sequence[An
     """Each candidate's outcome on every input set (the interpreter's argument form:
     numpy arrays and Python scalars; left untouched), in order; `repeat` timed launches
     on the first set (0: not timed); `timeout_s` for one candidate, its load included."""
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    outcomes: list[Outcome] = []
-    worker: _Worker | None = None
-    try:
-        for candidate in candidates:
-            if worker is None:
-                worker = _Worker(inputs)
-            outcome = worker.run(candidate, repeat, timeout_s)
-            if outcome.error is not None:  # the worker is gone or unusable: a new one
-                worker.close()
-                worker = None
-            outcomes.append(outcome)
-    finally:
-        if worker is not None:
-            worker.close()
-    return outcomes
+    with Runner(inputs, repeat=repeat, timeout_s=timeout_s) as runner:
+        return [runner.run(candidate) for candidate in candidates]
+
+
+class Runner:
+    """Candidates run one at a time on fixed inputs (`run`), in a worker process that
+    is replaced after a failure; close it (or use `with`) to end the worker."""
+
+    def __init__(self, inputs: Sequence[Sequence[Any]], *, repeat: int = 20,
+                 timeout_s: float = 60.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if repeat < 0:
+            raise ValueError(f"repeat must be >= 0, got {repeat}")
+        self.inputs, self.repeat, self.timeout_s = inputs, repeat, timeout_s
+        self._worker: _Worker | None = None
+
+    def run(self, candidate: Candidate) -> Outcome:
+        if self._worker is None:
+            self._worker = _Worker(self.inputs)
+        outcome = self._worker.run(candidate, self.repeat, self.timeout_s)
+        if outcome.error is not None:  # the worker is gone or unusable: a new one next
+            self.close()
+        return outcome
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Worker:
