@@ -25,16 +25,11 @@ most `schedule.DEQUANT_WORKSPACE_LIMIT` (1 GiB), from torch's caching allocator.
 from __future__ import annotations
 
 import functools
-import json
-import os
 import sys
-import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from tilevm.backend.launch import compiled_kernel
@@ -56,9 +51,9 @@ from tilevm.kernels.schedule import (
 )
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
+from tilevm.tune.cache import cache_key, lookup, store
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
-_lock = threading.Lock()
 _memory: dict[str, Schedule] = {}  # tuned schedules of this process
 
 
@@ -449,15 +444,12 @@ def is_hopper(device: Any) -> bool:
 
 
 def tuning_key(x: Any, qw: QuantizedWeight) -> str:
+    """The tuning cache's key of this problem (`tune.cache`)."""
     K, N = qw.shape
-    gpu = _gpu_name(x.device.index if x.device.index is not None else 0)
-    return (f"v{SPACE_VERSION}|{gpu}|{qw.dtype}|g{qw.group_size}|{qw.scale_dtype}|"
-            f"z{int(qw.zeros is not None)}|M{m_bucket(x.shape[0])}|N{N}|K{K}")
-
-
-def tuning_file() -> Path:
-    root = os.environ.get("TILEVM_CACHE_DIR") or Path.home() / ".cache" / "tilevm"
-    return Path(root) / "tuning.json"
+    return cache_key(gpu=_gpu_name(x.device.index if x.device.index is not None else 0),
+                     kernel="qmm", version=SPACE_VERSION, wdtype=qw.dtype,
+                     group=qw.group_size, scales=qw.scale_dtype,
+                     zeros=int(qw.zeros is not None), M=m_bucket(x.shape[0]), N=N, K=K)
 
 
 def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
@@ -465,10 +457,10 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
     key = tuning_key(x, qw)
     if key in _memory:
         return _memory[key]
-    table = _read_table()
-    if key in table:
+    entry = lookup(key)
+    if entry is not None:
         try:
-            _memory[key] = Schedule(**table[key]["schedule"])
+            _memory[key] = Schedule(**entry["schedule"])
             return _memory[key]
         except (TypeError, KeyError, ValueError):
             pass  # an entry of another version: tune again
@@ -481,10 +473,7 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
             f"(QuantizedLinear.warmup, kernels.warmup), or pass tune=False")
     schedule, report = tune(x, qw)
     _memory[key] = schedule
-    with _lock:
-        table = _read_table()
-        table[key] = {"schedule": asdict(schedule), **report}
-        _write_table(table)
+    store(key, {"schedule": asdict(schedule), **report})
     return schedule
 
 
@@ -567,19 +556,3 @@ def _progress(what: str, done: int, total: int) -> None:
     if not sys.stderr.isatty():
         sys.stderr.write("\n")
     sys.stderr.flush()
-
-
-def _read_table() -> dict[str, Any]:
-    try:
-        return json.loads(tuning_file().read_text())
-    except (OSError, ValueError):
-        return {}  # none yet, or unreadable: tune again
-
-
-def _write_table(table: dict[str, Any]) -> None:
-    path = tuning_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(table, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)  # atomic: readers see the old table or the new one

@@ -398,18 +398,6 @@ def test_m_buckets():
         [8, 8, 8, 16, 16, 64, 4096, 8192]
 
 
-def test_the_tuning_table_is_written_atomically_and_read_back(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
-    table = {"H100|int4|g128|f16|z0|M1|N4096|K4096": {"schedule": Schedule(split_k=8)
-                                                     .constants(), "us": 9.7}}
-    matmul._write_table(table)
-    assert json.loads((tmp_path / "tuning.json").read_text()) == table
-    assert matmul._read_table() == table
-    (tmp_path / "tuning.json").write_text("{ not json")
-    assert matmul._read_table() == {}  # corrupt: tuned again, never a crash
-    assert not list(tmp_path.glob(".tuning.*"))  # no temporary file left behind
-
-
 def test_schedule_module_names_its_space():
     assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
                                                "split_k": 1, "x_shared": True,
