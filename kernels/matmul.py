@@ -315,12 +315,13 @@ def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
         (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s, wide)
     loaded = _kernels.get(key)
     if loaded is None:
-        loaded = _kernels[key] = _compiled(_program(qw, s, N))
+        loaded = _kernels[key] = _compiled(schedule_program(qw, s, N))
     return loaded
 
 
-def _program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
-    """The program of `_qmm(qw, s, N)`."""
+def schedule_program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
+    """The program schedule `s` runs for these weights and N (for the
+    dequantize-then-multiply pair, its matmul; `_qmm` loads it)."""
     wide = _wide_stores(s, N)
     kernel = schedule_kernel(s, qw.scale_dtype.name)
     if s.dequant:  # the matmul of the dequantized weights: by activation type only
@@ -351,7 +352,7 @@ def _dequantizer_program(qw: QuantizedWeight) -> Any:
 
 def _launches(qw: QuantizedWeight, s: Schedule, N: int) -> list[tuple[Any, Any]]:
     """(program, loaded kernel) of each launch a call with schedule `s` makes."""
-    qmm = (_program(qw, s, N), _qmm(qw, s, N))
+    qmm = (schedule_program(qw, s, N), _qmm(qw, s, N))
     return [(_dequantizer_program(qw), _dequantizer(qw)), qmm] if s.dequant else [qmm]
 
 
@@ -410,7 +411,7 @@ def _compiled(program: Any) -> Any:
 def _prebuild(qw: QuantizedWeight, schedules: list[Schedule], N: int) -> None:
     """Build the programs of these schedules at once, in worker processes
     (`backend.prebuild`), so that loading each is a cache hit."""
-    programs = [_program(qw, s, N) for s in schedules]
+    programs = [schedule_program(qw, s, N) for s in schedules]
     if any(s.dequant for s in schedules):
         programs.append(_dequantizer_program(qw))
     prebuild(programs)

@@ -40,8 +40,8 @@ Orders = tuple[tuple[int, ...], ...]
 @dataclass(frozen=True)
 class OrderSearch:
     """The search's result: the best order's PTX and time against the compiled order's,
-    the annealing (its trace), and how many proposals were run, repeated (skipped) or
-    rejected (invalid or not bit-exact)."""
+    the annealing (its trace), and how many proposals were run, repeated (an order run
+    before, the compiled one included: skipped) or rejected (invalid or not bit-exact)."""
 
     ptx: str
     best_s: float
@@ -89,8 +89,12 @@ def search_order(program: Program, inputs: Sequence[Sequence[Any]], *, steps: in
         if not reference.valid:
             raise RuntimeError(f"the compiled kernel itself failed: {reference.error}")
 
+        proposals = iter(range(-1, steps))  # anneal measures the start first, uncounted
+
         def measure(orders: Orders) -> float | None:
-            if orders == start:
+            proposal = next(proposals)
+            if orders == start:  # the compiled order: run already
+                counts["repeated"] += proposal >= 0
                 return reference.seconds
             text = order.text(orders)
             key = hashlib.sha256(text.encode()).hexdigest()

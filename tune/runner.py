@@ -18,6 +18,7 @@ and a new worker takes the next one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import select
@@ -48,11 +49,11 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a candidate did: per input set, the bytes of each array it writes
-    (`outputs`), its median kernel time in seconds on the first input set (None when
-    not timed), or why it is invalid (`error`)."""
+    """What a candidate did: per input set, the SHA-256 (hex) of the bytes of each array
+    it writes (`outputs`), its median kernel time in seconds on the first input set
+    (None when not timed), or why it is invalid (`error`)."""
 
-    outputs: tuple[tuple[bytes, ...], ...] | None = None
+    outputs: tuple[tuple[str, ...], ...] | None = None
     seconds: float | None = None
     error: str | None = None
 
@@ -160,7 +161,7 @@ def _receive(pipe: BinaryIO) -> Any:
 
 
 def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int
-             ) -> tuple[tuple[tuple[bytes, ...], ...], float | None]:
+             ) -> tuple[tuple[tuple[str, ...], ...], float | None]:
     """(In the worker.) The outputs and the time of one candidate."""
     program = candidate.program
     kernel = compiled_kernel(program) if candidate.ptx is None else \
@@ -170,7 +171,8 @@ def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int
     outputs, seconds = [], None
     for k, args in enumerate(inputs):
         run = run_on_gpu(program, args, repeat=repeat if k == 0 else 0, kernel=kernel)
-        outputs.append(tuple(run.outputs[i].tobytes() for i in written))
+        outputs.append(tuple(hashlib.sha256(run.outputs[i].tobytes()).hexdigest()
+                             for i in written))
         if k == 0 and run.time is not None:
             seconds = run.time.median_s
     return tuple(outputs), seconds

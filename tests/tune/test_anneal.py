@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 
 import pytest
 from kernel_harness import compile_once
@@ -13,6 +14,7 @@ from tilevm.bench.examples import load_example
 from tilevm.tune.anneal import anneal
 from tilevm.tune.order_search import neighbour_orders, search_order
 from tilevm.tune.ptx_order import PtxOrder
+from tilevm.tune.runner import Outcome
 
 
 # a toy landscape: integers 0..99, time 1 + |x - 70| / 100, with a local minimum at 20
@@ -95,6 +97,51 @@ def test_order_moves_stay_legal():
     assert changed > 150  # (a memory move may land where it was)
     for run, run_order in zip(order.runs, orders, strict=True):
         assert check_order(run, list(run_order)) == []
+
+
+class FakeRunner:
+    """The runner's interface without a GPU: a candidate's time is a function of its
+    text, and one text in seven fails the gate (other outputs)."""
+
+    runs: list[str] = []
+
+    def __init__(self, inputs, *, repeat, timeout_s):
+        FakeRunner.runs = []
+
+    @staticmethod
+    def code(text):
+        return zlib.crc32(text.encode())
+
+    def run(self, candidate):
+        text = candidate.ptx or "compiled"
+        FakeRunner.runs.append(text)
+        bad = candidate.ptx is not None and self.code(text) % 7 == 0
+        return Outcome(outputs=(("bad" if bad else "good",),),
+                       seconds=1.0 + self.code(text) % 1000 / 1e5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def test_order_search_counts_runs_repeats_and_rejections(monkeypatch):
+    from tilevm.tune import order_search
+
+    program = load_example("vector_add").vector_add.specialize()
+    ptx = compile_once(program, "sm_80").ptx
+    monkeypatch.setattr(order_search, "compiled_ptx", lambda p: ptx)
+    monkeypatch.setattr(order_search, "Runner", FakeRunner)
+    result = search_order(program, [[]], steps=60, seed=3)
+    texts = FakeRunner.runs[1:]  # after the compiled kernel, each text run once
+    assert len(texts) == len(set(texts)) == result.ran
+    assert result.ran + result.repeated == len(result.annealing.trace) == 60
+    assert result.rejected == sum(FakeRunner.code(t) % 7 == 0 for t in texts) > 0
+    assert result.start_s == 1.0 + FakeRunner.code("compiled") % 1000 / 1e5
+    assert result.best_s == min([result.start_s] + [1.0 + FakeRunner.code(t) % 1000 / 1e5
+                                                    for t in texts if FakeRunner.code(t) % 7])
+    assert result.ptx == PtxOrder.parse(ptx).text(result.annealing.best)
 
 
 @pytest.mark.gpu

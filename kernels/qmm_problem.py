@@ -1,0 +1,86 @@
+"""A quantized-matmul problem as the tuner's runner takes it (`tune.runner`): the program
+of one schedule and input sets in the interpreter's argument form (numpy arrays and
+Python scalars), for searches over the kernel's PTX (`tune.order_search`).
+
+    program, inputs = qmm_problem(schedule, "int4", M=16, N=4096, K=4096)
+
+The first input set is the problem to time. The others are for the bit-exact gate,
+small and ragged (M and N not multiples of the tiles; K two groups, or a chunk for
+every split of K):
+
+- every code of the weight type, in every column;
+- activations with the values where arithmetic differs: NaN, +-Inf, +-0, subnormals,
+  the largest finite values, beside random ones;
+- random positive scales.
+
+N stays a multiple of 8 if the timed N is one: the Hopper kernels' program depends on it
+(`wide_stores`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tilevm.dtypes import DataType
+from tilevm.kernels.matmul import schedule_program
+from tilevm.kernels.qmm import splitk_sizes
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.weight_format import FRAGMENTS, code_type, pack_weights, padded_n
+from tilevm.kernels.weights import QuantizedWeight
+
+__all__ = ["qmm_problem", "SPECIAL_F16"]
+
+SPECIAL_F16 = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504.0,
+                        -65504.0], dtype=np.float16)
+
+
+def qmm_problem(s: Schedule, wdtype: DataType | str, M: int, N: int, K: int, *,
+                group_size: int = 128, seed: int = 0) -> tuple[Any, list[list[Any]]]:
+    """(program, input sets) of the module docstring for schedule `s` (one launch: not a
+    dequantize-then-multiply schedule) and f16 activations."""
+    if s.dequant:
+        raise ValueError("a dequantize-then-multiply schedule launches two kernels; "
+                         "give one that launches one")
+    wdtype = code_type(wdtype)
+    rng = np.random.default_rng(seed)
+    timed = _weights(rng, wdtype, K, N, group_size, every_code=False)
+    program = schedule_program(timed, s, N)
+    small_n = 72 if N % 8 == 0 else 71
+    small_m = 5 if s.bm > 8 else 3
+    small_k = group_size * max(2, s.split_k * s.unroll)  # a whole chunk for every split
+    gate = _weights(rng, wdtype, small_k, small_n, group_size, every_code=True)
+    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    x_gate = rng.uniform(-2, 2, (small_m, small_k)).astype(np.float16)
+    x_gate.flat[:SPECIAL_F16.size * 3] = np.tile(SPECIAL_F16, 3)[:x_gate.size]
+    return program, [_args(s, timed, x), _args(s, gate, x_gate)]
+
+
+def _weights(rng: np.random.Generator, wdtype: DataType, K: int, N: int, group_size: int,
+             every_code: bool) -> QuantizedWeight:
+    Np, codes_n = padded_n(N), 1 << wdtype.bits
+    if every_code:  # each column runs through every code, from a column-dependent start
+        codes = (np.arange(K)[:, None] + np.arange(Np)[None, :] * 7) % codes_n
+    else:
+        codes = rng.integers(0, codes_n, (K, Np))
+    packed = pack_weights(codes.astype(np.uint8), wdtype, FRAGMENTS)
+    scales = rng.uniform(0.5, 2.0, (K // group_size, Np)).astype(np.float16) / \
+        np.float16(max(1.0, float(wdtype.max)))
+    return QuantizedWeight(packed, scales.astype(np.float16), None, wdtype, group_size,
+                           (K, N), FRAGMENTS)
+
+
+def _args(s: Schedule, qw: QuantizedWeight, x: np.ndarray) -> list[Any]:
+    """The kernel's arguments in the order `matmul._plan` passes them."""
+    K, N = qw.shape
+    M = x.shape[0]
+    y = np.full((M, N), np.nan, dtype=np.float16)
+    head = [x, qw.packed, qw.scales, qw.scales, y]  # (zeros: unread without zero points)
+    if s.staged or s.shared_weights:
+        return [*head, M, N, K]
+    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) \
+        if s.split_k > 1 else (1, 1)
+    ws = np.zeros(floats, dtype=np.float32)
+    counters = np.zeros(tiles, dtype=np.int32)
+    return [*head, ws, counters, M, N, K]

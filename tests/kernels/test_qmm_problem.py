@@ -1,0 +1,47 @@
+"""kernels.qmm_problem: a quantized-matmul schedule's program and inputs for the tuner's
+runner. The inputs are checked against the interpreter (the gate set: every weight code,
+special activations) and, on the GPU, the compiled kernel's outputs against a PTX
+reordering's (tune.order_search's gate)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilevm.kernels import schedule as sch
+from tilevm.kernels.qmm_problem import SPECIAL_F16, qmm_problem
+from tilevm.kernels.weight_format import FRAGMENTS, unpack_weights
+from tilevm.vm import interpreter
+
+
+@pytest.mark.parametrize("wdtype", ["int4", "int3", "f6e3m2"])
+def test_the_gate_set_holds_every_code_and_the_special_values(wdtype):
+    s = sch.default_schedule(16, 4096, 4096, 128, hopper=False, bits=4)
+    program, (timed, gate) = qmm_problem(s, wdtype, 16, 4096, 4096)
+    assert timed[-3:] == [16, 4096, 4096] and timed[0].shape == (16, 4096)
+    x, packed = gate[0], gate[1]
+    M, N, K = gate[-3:]
+    assert M % s.bm and N % 32 and K % (s.split_k * 128) == 0
+    codes = unpack_weights(packed, wdtype, FRAGMENTS)
+    bits = 3 if wdtype == "int3" else 6 if wdtype == "f6e3m2" else 4
+    for column in range(N):
+        assert len(np.unique(codes[:, column])) == 1 << bits
+    for value in SPECIAL_F16:
+        assert np.any(x.view(np.uint16) == np.float16(value).view(np.uint16))
+
+
+def test_the_gate_set_runs_in_the_interpreter_and_writes_every_output():
+    s = sch.default_schedule(1, 256, 256, 128, hopper=False, bits=4)
+    program, (_, gate) = qmm_problem(s, "int4", 1, 256, 256)
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in gate]
+    interpreter.run(program, args)
+    y = args[4]
+    assert y.shape == (gate[-3], gate[-2])
+    # rows with a NaN activation are NaN; the others are finite or +-Inf, never unwritten
+    assert not np.isnan(y[np.isfinite(gate[0]).all(axis=1)]).any()
+
+
+def test_dequant_schedules_are_two_launches():
+    s = sch.Schedule(bm=256, bk=64, num_warps=8, stages=4, lead=2, wgmma=True, dequant=True)
+    with pytest.raises(ValueError, match="two kernels"):
+        qmm_problem(s, "int4", 4096, 4096, 4096)
