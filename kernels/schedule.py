@@ -40,8 +40,11 @@ weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
+
+from tilevm.tune.space import Knob, Space
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped whenever the
@@ -496,3 +499,40 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
             Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
     return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
+
+
+# ---- the space as knobs (level 1 of `tilevm.tune`'s search) ------------------------------
+
+KNOBS = (
+    Knob("bm", (8, 16, 32, 64, 128, 256)), Knob("bk", (32, 64)),
+    Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 4, 6, 8, 16)),
+    Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4)),
+    Knob("swap_ab", (False, True)), Knob("staged", (False, True)),
+    Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),
+    Knob("wgmma", (False, True)), Knob("lead", (0, 1, 2, 3, 4)),
+    Knob("shared_weights", (False, True)), Knob("half_atoms", (False, True)),
+)
+
+
+def schedule_space(K: int, group_size: int, *, hopper: bool = False,
+                   bits: int | None = None) -> Space[Schedule]:
+    """The quantized matmul's schedules as knobs (`tune.space`): every field of
+    `Schedule` but the dequantize-then-multiply pair (two launches) and the converting
+    producer. A combination is a candidate where `Schedule` accepts it and it `fits`
+    the problem, on the GPU (`hopper`: the wgmma kernels) and the weight width
+    (`bits`: half atoms need an even one). Every schedule of `candidates` is a point."""
+    def make(values: Mapping[str, object]) -> Schedule | None:
+        try:
+            s = Schedule(**values)  # type: ignore[arg-type]
+        except ValueError:
+            return None
+        if s.wgmma and not hopper or s.half_atoms and bits is not None and bits % 2:
+            return None
+        return s if s.fits(K, group_size) else None
+    return Space(KNOBS, make)
+
+
+def schedule_point(space: Space[Schedule], s: Schedule) -> tuple[object, ...]:
+    """`s` as a point of `space` (`schedule_space`)."""
+    fields = asdict(s)
+    return space.start({knob.name: fields[knob.name] for knob in space.knobs})
