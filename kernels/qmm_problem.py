@@ -30,31 +30,68 @@ from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.weight_format import FRAGMENTS, code_type, pack_weights, padded_n
 from tilevm.kernels.weights import QuantizedWeight
 
-__all__ = ["qmm_problem", "SPECIAL_F16"]
+__all__ = ["QmmProblem", "qmm_problem", "SPECIAL_F16"]
 
 SPECIAL_F16 = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504.0,
                         -65504.0], dtype=np.float16)
+
+
+class QmmProblem:
+    """One problem (weight type, M, N, K) for many schedules: the weights made once,
+    each schedule's program (`program`) and input sets (`inputs`, made once per
+    argument layout: the split-K kernels take a workspace sized by the split and the
+    tile, the others none; `inputs_name` names the layout)."""
+
+    def __init__(self, wdtype: DataType | str, M: int, N: int, K: int, *,
+                 group_size: int = 128, seed: int = 0) -> None:
+        self.wdtype, self.M, self.N, self.K = code_type(wdtype), M, N, K
+        self.group_size = group_size
+        self.rng = np.random.default_rng(seed)
+        self.timed = _weights(self.rng, self.wdtype, K, N, group_size, every_code=False)
+        self.x = self.rng.uniform(-1, 1, (M, K)).astype(np.float16)
+        self._inputs: dict[str, list[list[Any]]] = {}
+
+    def program(self, s: Schedule) -> Any:
+        if s.dequant:
+            raise ValueError("a dequantize-then-multiply schedule launches two kernels; "
+                             "give one that launches one")
+        return schedule_program(self.timed, s, self.N)
+
+    def inputs_name(self, s: Schedule) -> str:
+        """The name of `s`'s argument layout: equal names, equal input sets."""
+        if s.staged or s.shared_weights:
+            return "plain"
+        # the workspaces of both sets follow the split and the tile; the gate set's K
+        # the split and the unroll
+        return f"split{s.split_k}x{s.unroll}:bm{s.bm}:bn{s.block_columns}"
+
+    def inputs(self, s: Schedule) -> list[list[Any]]:
+        name = self.inputs_name(s)
+        if name not in self._inputs:
+            small_n = 72 if self.N % 8 == 0 else 71
+            small_m = 5 if s.bm > 8 else 3
+            small_k = self.group_size * max(2, s.split_k * s.unroll)  # a chunk a split
+            gate = _weights(self.rng, self.wdtype, small_k, small_n, self.group_size,
+                            every_code=True)
+            x_gate = self.rng.uniform(-2, 2, (small_m, small_k)).astype(np.float16)
+            x_gate.flat[:SPECIAL_F16.size * 3] = np.tile(SPECIAL_F16, 3)[:x_gate.size]
+            self._inputs[name] = [_args(s, self.timed, self.x), _args(s, gate, x_gate)]
+        return self._inputs[name]
 
 
 def qmm_problem(s: Schedule, wdtype: DataType | str, M: int, N: int, K: int, *,
                 group_size: int = 128, seed: int = 0) -> tuple[Any, list[list[Any]]]:
     """(program, input sets) of the module docstring for schedule `s` (one launch: not a
     dequantize-then-multiply schedule) and f16 activations."""
-    if s.dequant:
-        raise ValueError("a dequantize-then-multiply schedule launches two kernels; "
-                         "give one that launches one")
-    wdtype = code_type(wdtype)
-    rng = np.random.default_rng(seed)
-    timed = _weights(rng, wdtype, K, N, group_size, every_code=False)
-    program = schedule_program(timed, s, N)
-    small_n = 72 if N % 8 == 0 else 71
-    small_m = 5 if s.bm > 8 else 3
-    small_k = group_size * max(2, s.split_k * s.unroll)  # a whole chunk for every split
-    gate = _weights(rng, wdtype, small_k, small_n, group_size, every_code=True)
-    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    x_gate = rng.uniform(-2, 2, (small_m, small_k)).astype(np.float16)
-    x_gate.flat[:SPECIAL_F16.size * 3] = np.tile(SPECIAL_F16, 3)[:x_gate.size]
-    return program, [_args(s, timed, x), _args(s, gate, x_gate)]
+    problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
+    return problem.program(s), problem.inputs(s)
+
+
+def _workspace(s: Schedule, M: int, N: int) -> tuple[int, int]:
+    """(f32 partial sums, tile counters) the split-K kernels take (one of each when
+    they split nothing)."""
+    return splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) if s.split_k > 1 \
+        else (1, 1)
 
 
 def _weights(rng: np.random.Generator, wdtype: DataType, K: int, N: int, group_size: int,
@@ -79,8 +116,7 @@ def _args(s: Schedule, qw: QuantizedWeight, x: np.ndarray) -> list[Any]:
     head = [x, qw.packed, qw.scales, qw.scales, y]  # (zeros: unread without zero points)
     if s.staged or s.shared_weights:
         return [*head, M, N, K]
-    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) \
-        if s.split_k > 1 else (1, 1)
+    floats, tiles = _workspace(s, M, N)
     ws = np.zeros(floats, dtype=np.float32)
     counters = np.zeros(tiles, dtype=np.int32)
     return [*head, ws, counters, M, N, K]

@@ -533,6 +533,11 @@ def schedule_space(K: int, group_size: int, *, hopper: bool = False,
 
 
 def schedule_point(space: Space[Schedule], s: Schedule) -> tuple[object, ...]:
-    """`s` as a point of `space` (`schedule_space`)."""
+    """`s` as a point of `space` (`schedule_space`); a `ValueError` for a schedule the
+    space does not hold (the dequantize-then-multiply pair, or one that does not fit)."""
     fields = asdict(s)
-    return space.start({knob.name: fields[knob.name] for knob in space.knobs})
+    point = space.start({knob.name: fields[knob.name] for knob in space.knobs})
+    if space.candidate(point) != s:
+        raise ValueError(f"{s} is not a point of this schedule space (no dequant, no "
+                         f"producer; it must fit the problem and the GPU)")
+    return point

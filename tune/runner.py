@@ -9,7 +9,8 @@ Why a child: a kernel whose instruction order or control bits were edited carele
 does not give wrong numbers so much as it kills the CUDA context (an illegal instruction
 or address); everything the process held on the GPU is then lost. A worker process
 (`python -m tilevm.tune.runner`, given the caller's `sys.path`) receives the inputs
-once and then one candidate at a time over a pipe; it answers with the outputs (the
+once (each named set of them, the first time a candidate names it) and then one
+candidate at a time over a pipe; it answers with the outputs (the
 bytes of every array the kernel writes, per input set) and the median kernel time on
 the first input set (`backend.gpu_run`). After a CUDA error the worker exits, and one
 that does not answer within `timeout_s` is killed; either way the candidate is invalid
@@ -41,10 +42,13 @@ __all__ = ["Candidate", "Outcome", "Runner", "run_candidates"]
 @dataclass(frozen=True)
 class Candidate:
     """A kernel to run: `program` compiled as usual, or loaded from `ptx` (a variant of
-    its compiled PTX, `tune.variants`)."""
+    its compiled PTX, `tune.variants`), on the runner's input sets named `inputs` (""
+    the runner's own; others registered with `Runner.add_inputs`: schedules of one
+    kernel may take other arguments)."""
 
     program: Program
     ptx: str | None = None
+    inputs: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,13 +85,24 @@ class Runner:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if repeat < 0:
             raise ValueError(f"repeat must be >= 0, got {repeat}")
-        self.inputs, self.repeat, self.timeout_s = inputs, repeat, timeout_s
+        self.inputs: dict[str, list[list[Any]]] = {"": [list(args) for args in inputs]}
+        self.repeat, self.timeout_s = repeat, timeout_s
         self._worker: _Worker | None = None
 
+    def add_inputs(self, name: str, inputs: Sequence[Sequence[Any]]) -> None:
+        """Input sets that candidates name by `name` (`Candidate.inputs`)."""
+        if name in self.inputs:
+            raise ValueError(f"input sets {name!r} are registered already")
+        self.inputs[name] = [list(args) for args in inputs]
+
     def run(self, candidate: Candidate) -> Outcome:
+        if candidate.inputs not in self.inputs:
+            raise ValueError(f"no input sets named {candidate.inputs!r}: register them "
+                             f"with add_inputs")
         if self._worker is None:
-            self._worker = _Worker(self.inputs)
-        outcome = self._worker.run(candidate, self.repeat, self.timeout_s)
+            self._worker = _Worker()
+        outcome = self._worker.run(candidate, self.inputs[candidate.inputs], self.repeat,
+                                   self.timeout_s)
         if outcome.error is not None:  # the worker is gone or unusable: a new one next
             self.close()
         return outcome
@@ -105,21 +120,21 @@ class Runner:
 
 
 class _Worker:
-    def __init__(self, inputs: Sequence[Sequence[Any]]) -> None:
+    def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [entry or os.getcwd() for entry in sys.path]))  # the caller's tilevm
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tilevm.tune.runner"], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.inputs = [list(args) for args in inputs]
-        self.sent_inputs = False
+        self.sent: set[str] = set()  # the names of the input sets the worker holds
 
-    def run(self, candidate: Candidate, repeat: int, timeout_s: float) -> Outcome:
+    def run(self, candidate: Candidate, inputs: list[list[Any]], repeat: int,
+            timeout_s: float) -> Outcome:
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
-            if not self.sent_inputs:
-                _send(self.process.stdin, ("inputs", self.inputs))
-                self.sent_inputs = True
+            if candidate.inputs not in self.sent:
+                _send(self.process.stdin, ("inputs", (candidate.inputs, inputs)))
+                self.sent.add(candidate.inputs)
             _send(self.process.stdin, ("run", (candidate, repeat)))
         except (BrokenPipeError, OSError):
             return Outcome(error="the runner process died before the candidate was sent")
@@ -184,18 +199,19 @@ def _serve() -> None:
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
-    inputs: list[list[Any]] = []
+    inputs: dict[str, list[list[Any]]] = {}
     while True:
         message = _receive(requests)
         if message is None:
             return
         kind, payload = message
         if kind == "inputs":
-            inputs = payload
+            name, sets = payload
+            inputs[name] = sets
             continue
         candidate, repeat = payload
         try:
-            _send(replies, ("ok", _run_one(candidate, inputs, repeat)))
+            _send(replies, ("ok", _run_one(candidate, inputs[candidate.inputs], repeat)))
         except Exception as err:  # noqa: BLE001 (every failure makes the candidate invalid)
             _send(replies, ("error", f"{type(err).__name__}: {err}"))
             return

@@ -1,0 +1,83 @@
+"""Level 1 of the search for the quantized matmul: its schedule space
+(`schedule.schedule_space`) annealed on the GPU (`tune.anneal`), from a given schedule
+(the grid's best, or the cost model's).
+
+    result = search_schedule("int4", M=16, N=4096, K=4096, start=best, steps=60,
+                             seed=1, hopper=True)
+    result.best, result.best_s, result.start_s
+
+Each proposal is compiled and timed in the tuner's runner (`tune.runner`: a child
+process behind a watchdog) on `qmm_problem.QmmProblem`'s inputs: the timed problem and
+the gate set. A proposal that fails to compile, load or run is rejected. Schedules
+differ in their arithmetic (the order of the sums), so no bit-exact gate applies
+between them: each is one of the library's kernels, whose correctness its tests check
+against float64.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tilevm.dtypes import DataType
+from tilevm.kernels.qmm_problem import QmmProblem
+from tilevm.kernels.schedule import Schedule, schedule_point, schedule_space
+from tilevm.tune.anneal import AnnealResult, anneal
+from tilevm.tune.runner import Candidate, Runner
+
+__all__ = ["ScheduleSearch", "search_schedule"]
+
+
+@dataclass(frozen=True)
+class ScheduleSearch:
+    """The best schedule found and its time against the start's, the annealing, and
+    how many proposals were run, repeated (a schedule measured before: skipped) or
+    rejected."""
+
+    best: Schedule
+    best_s: float
+    start_s: float
+    annealing: AnnealResult[tuple[object, ...]]
+    ran: int
+    repeated: int
+    rejected: int
+
+
+def search_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, start: Schedule,
+                    steps: int, seed: int, hopper: bool, group_size: int = 128,
+                    repeat: int = 20, timeout_s: float = 120.0, budget_s: float = 600.0,
+                    min_gain: float = 0.0) -> ScheduleSearch:
+    """Anneal the schedule of this problem from `start` for at most `steps` proposals
+    and `budget_s` seconds (module docstring)."""
+    if repeat < 1:
+        raise ValueError(f"the search times its candidates: repeat must be >= 1, got {repeat}")
+    problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
+    space = schedule_space(K, group_size, hopper=hopper, bits=problem.wdtype.bits)
+    first = schedule_point(space, start)
+    seen: dict[tuple[object, ...], float | None] = {}
+    counts = {"ran": 0, "repeated": 0, "rejected": 0}
+    deadline = time.monotonic() + budget_s
+    with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
+        def measure(point: tuple[object, ...]) -> float | None:
+            if point in seen:
+                counts["repeated"] += 1
+                return seen[point]
+            s = space.candidate(point)
+            assert s is not None  # (the space's moves land on candidates only)
+            name = problem.inputs_name(s)
+            if name not in runner.inputs:
+                runner.add_inputs(name, problem.inputs(s))
+            outcome = runner.run(Candidate(problem.program(s), inputs=name))
+            counts["ran"] += 1
+            counts["rejected"] += not outcome.valid
+            seen[point] = outcome.seconds if outcome.valid else None
+            return seen[point]
+
+        annealing = anneal(first, space.neighbour, measure, steps=steps, seed=seed,
+                           min_gain=min_gain, stop=lambda: time.monotonic() > deadline)
+    start_s = seen[first]
+    assert start_s is not None
+    counts["ran"] -= 1  # the start's measurement was no proposal
+    best = space.candidate(annealing.best)
+    assert best is not None
+    return ScheduleSearch(best, annealing.best_s, start_s, annealing, **counts)
