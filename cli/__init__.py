@@ -12,6 +12,9 @@
     vmc analyze FILE.py[:KERNEL] [--set ...] [--arg M=...] [--gpu h100] [--json]
                              the cost model of one launch: bytes per memory level, FLOPs
                              per unit, occupancy, waves, the bound and the prediction
+    vmc tune FILE.py[:KERNEL] [--set name=value ...] [--steps N] [--seed S] [-o OUT.ptx]
+                             anneal an example kernel's PTX order on the GPU, behind a
+                             bit-exact gate; write the fastest order
     vmc tune --permute FILE.ptx [--seed S] [-o OUT.ptx]
                              one legal reordering of a PTX file's instructions
     vmc bench qmm OUT_DIR [options]

@@ -1,11 +1,12 @@
 """What the `vmc` commands share: the user's error, `--set` values, loading a kernel from
-a Python file, and `vmc run`'s pass/fail criterion."""
+a Python file, an example file's random problem, and `vmc run`'s pass/fail criterion."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from tilevm import dtypes
+from tilevm.ir.errors import VMError
+from tilevm.ir.stmt import Program
 from tilevm.vm.frontend import Kernel
 
 
@@ -170,3 +173,31 @@ def load_target(target: str) -> tuple[object, Kernel]:
 def settings_of(items: Sequence[str] | None) -> dict[str, object]:
     """`--set name=value ...` as a dict (`parse_setting`)."""
     return dict(parse_setting(item) for item in items or ())
+
+
+def example_problem(module: object, kernel: Kernel, path: str, settings: dict[str, object],
+                    rng: np.random.Generator) -> tuple[list[object], dict[str, object], Program]:
+    """A random problem of an example file (its `example_inputs(rng, **settings)`, given
+    the kernel too where it takes one): (arguments, constants, the specialized program),
+    or a CLIError naming what failed."""
+    make_inputs = protocol(module, path, "example_inputs",
+                           "example_inputs(rng, **settings) -> (args, constants)")
+    settings = dict(settings)
+    try:
+        accepts_kernel = "kernel" in inspect.signature(make_inputs).parameters
+    except (TypeError, ValueError):
+        accepts_kernel = False
+    if accepts_kernel:
+        settings.setdefault("kernel", kernel)
+    try:
+        kernel_args, constants = make_inputs(rng, **settings)
+        kernel_args, constants = list(kernel_args), dict(constants)
+    except Exception as err:
+        raise CLIError(f"example_inputs({', '.join(f'{k}={v}' for k, v in settings.items())})"
+                       f" failed: {type(err).__name__}: {err}") from None
+    try:
+        program = kernel.specialize(**constants)
+    except VMError as err:
+        shown = ", ".join(f"{k}={v}" for k, v in constants.items()) or "default constants"
+        raise CLIError(f"cannot compile {kernel.name} with {shown}:\n{err}") from None
+    return kernel_args, constants, program

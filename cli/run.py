@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +19,7 @@ from tilevm.cli.common import (
     CLIError,
     compare,
     describe_args,
+    example_problem,
     load_target,
     non_negative_int,
     protocol,
@@ -127,32 +127,12 @@ def _prepare_run(args: argparse.Namespace):
     """`vmc run`'s common part: the module, the kernel, its inputs and constants, the
     specialized program and the reference's expected outputs."""
     path, _ = split_target(args.target)
-    settings = settings_of(args.set)
     module, kernel = load_target(args.target)
-    make_inputs = protocol(module, path, "example_inputs",
-                            "example_inputs(rng, **settings) -> (args, constants)")
     reference = protocol(module, path, "reference",
                           "reference(*args, **constants) -> {index: expected}")
     device = None if args.interpret else _require_gpu(kernel.name)
-    try:
-        accepts_kernel = "kernel" in inspect.signature(make_inputs).parameters
-    except (TypeError, ValueError):
-        accepts_kernel = False
-    if accepts_kernel:
-        settings.setdefault("kernel", kernel)
-    rng = np.random.default_rng(args.seed)
-    try:
-        result = make_inputs(rng, **settings)
-        kernel_args, constants = result
-        kernel_args, constants = list(kernel_args), dict(constants)
-    except Exception as err:
-        raise CLIError(f"example_inputs({', '.join(f'{k}={v}' for k, v in settings.items())})"
-                       f" failed: {type(err).__name__}: {err}") from None
-    try:
-        program = kernel.specialize(**constants)
-    except VMError as err:
-        shown = ", ".join(f"{k}={v}" for k, v in constants.items()) or "default constants"
-        raise CLIError(f"cannot compile {kernel.name} with {shown}:\n{err}") from None
+    kernel_args, constants, program = example_problem(
+        module, kernel, path, settings_of(args.set), np.random.default_rng(args.seed))
     try:
         expected = reference(*copy.deepcopy(kernel_args), **constants)
     except Exception as err:

@@ -7,7 +7,7 @@ import random
 import zlib
 
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import ROOT, compile_once
 from ptx_legality import check_order
 
 from tilevm.bench.examples import load_example
@@ -158,5 +158,25 @@ def test_gpu_order_search_keeps_the_kernel_bit_exact():
     assert result.ran + result.repeated == len(result.annealing.trace) == 12
     assert result.best_s <= result.start_s
     original, best = run_candidates([Candidate(program), Candidate(program, result.ptx)],
+                                    inputs, repeat=0)
+    assert best.valid and best.outputs == original.outputs
+
+
+@pytest.mark.gpu
+def test_gpu_vmc_tune_writes_a_bit_exact_order(tmp_path, capsys):
+    import numpy as np
+
+    from tilevm.cli import main
+    from tilevm.tune.runner import Candidate, run_candidates
+
+    out = tmp_path / "best.ptx"
+    source = str(ROOT / "examples" / "vector_add.py")
+    assert main(["tune", source, "--set", "n=5000", "--steps", "6", "--seed", "1",
+                 "-o", str(out)]) == 0
+    assert "us compiled" in capsys.readouterr().err
+    module = load_example("vector_add")
+    program = module.vector_add.specialize()
+    inputs = [module.example_inputs(np.random.default_rng(9), n=777)[0]]
+    original, best = run_candidates([Candidate(program), Candidate(program, out.read_text())],
                                     inputs, repeat=0)
     assert best.valid and best.outputs == original.outputs

@@ -12,7 +12,7 @@ import random
 from collections import Counter
 
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import ROOT, compile_once
 from ptx_legality import check_order
 
 from tilevm.backend.ptxas import PtxasNotFoundError, check_ptx, find_ptxas
@@ -161,6 +161,30 @@ def test_vmc_tune_permute(tmp_path, capsys):
     assert "no .entry or .func" in capsys.readouterr().err
     assert main(["tune", "--permute", str(tmp_path / "missing.ptx")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_vmc_tune_takes_a_kernel_or_a_ptx_file(tmp_path, capsys):
+    source = tmp_path / "k.ptx"
+    source.write_text(SMALL)
+    assert main(["tune"]) == 2
+    assert "give a kernel to tune (FILE.py[:KERNEL]) or --permute" in capsys.readouterr().err
+    assert main(["tune", "examples/vector_add.py", "--permute", str(source)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["tune", "examples/vector_add.py", "--budget", "0"]) == 2
+    assert "--budget must be a positive number" in capsys.readouterr().err
+
+
+def test_vmc_tune_without_a_gpu_says_so(capsys):
+    from tilevm.backend import gpu_run
+    from tilevm.backend.cuda.errors import NoDriverError
+
+    try:
+        gpu_run.gpu_device()
+        pytest.skip("a GPU is present")
+    except NoDriverError:
+        pass
+    assert main(["tune", str(ROOT / "examples" / "vector_add.py")]) == 2
+    assert "no GPU found" in capsys.readouterr().err
 
 
 def test_text_without_a_kernel_is_rejected():
