@@ -76,3 +76,32 @@ def test_gpu_good_faulting_and_hanging_candidates():
     assert not faulted.valid and "CUDA_ERROR" in faulted.error
     assert not broken.valid
     assert again.valid and again.outputs == good.outputs  # a new worker took over
+
+
+@pytest.mark.gpu
+def test_gpu_an_order_that_drops_a_raw_edge_fails_the_gate():
+    """Fault injection on the device: the longest run of the attention example's PTX
+    with one use placed before its definition (a permuter that lost that edge) gives
+    other outputs than the compiled kernel on some of five random problems."""
+    from tilevm.tune.ptx_order import PtxOrder
+    from tilevm.tune.variants import compiled_ptx
+
+    module = load_example("attention")
+    rng = np.random.default_rng(5)
+    settings = {"d": 64, "causal": False, "block_q": 64, "block_kv": 64, "num_warps": 4}
+    problems = [module.example_inputs(rng, **dict(settings)) for _ in range(5)]
+    program = module.attention.specialize(**problems[0][1])
+    order = PtxOrder.parse(compiled_ptx(program))
+    run = max(order.runs, key=lambda r: len(r.instructions))
+    a, b = next((a, b) for a, b in sorted(run.edges)
+                if run.instructions[a].defines & run.instructions[b].reads
+                and not run.instructions[a].memory)
+    broken = list(range(len(run.instructions)))
+    broken.remove(b)
+    broken.insert(broken.index(a), b)
+    orders = [broken if r is run else range(len(r.instructions)) for r in order.runs]
+    original, faulty = run_candidates(
+        [Candidate(program), Candidate(program, order.text(orders))],
+        [args for args, _ in problems], repeat=0)
+    assert original.valid
+    assert not faulty.valid or faulty.outputs != original.outputs
