@@ -126,7 +126,7 @@ class _Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tilevm.tune.runner"], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.sent: set[str] = set()  # the names of the input sets the worker holds
+        self.sent: list[str] = []  # the names of the input sets the worker holds
 
     def run(self, candidate: Candidate, inputs: list[list[Any]], repeat: int,
             timeout_s: float) -> Outcome:
@@ -134,7 +134,7 @@ class _Worker:
         try:
             if candidate.inputs not in self.sent:
                 _send(self.process.stdin, ("inputs", (candidate.inputs, inputs)))
-                self.sent.add(candidate.inputs)
+                self.sent = _kept(self.sent, candidate.inputs)
             _send(self.process.stdin, ("run", (candidate, repeat)))
         except (BrokenPipeError, OSError):
             return Outcome(error="the runner process died before the candidate was sent")
@@ -158,6 +158,15 @@ class _Worker:
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+KEPT_INPUTS = 2  # named input sets a worker holds at once (each may be gigabytes)
+
+
+def _kept(names: list[str], new: str) -> list[str]:
+    """The names held after `new` arrives: the newest `KEPT_INPUTS` (the worker and its
+    parent apply the same rule, so the parent knows what to send again)."""
+    return [*names, new][-KEPT_INPUTS:]
 
 
 def _send(pipe: BinaryIO, message: object) -> None:
@@ -207,7 +216,8 @@ def _serve() -> None:
         kind, payload = message
         if kind == "inputs":
             name, sets = payload
-            inputs[name] = sets
+            held = _kept(list(inputs), name)
+            inputs = {n: sets if n == name else inputs[n] for n in held}
             continue
         candidate, repeat = payload
         try:

@@ -105,3 +105,12 @@ def test_gpu_an_order_that_drops_a_raw_edge_fails_the_gate():
         [args for args, _ in problems], repeat=0)
     assert original.valid
     assert not faulty.valid or faulty.outputs != original.outputs
+
+
+def test_a_worker_holds_the_newest_input_sets_only():
+    from tilevm.tune.runner import KEPT_INPUTS, _kept
+
+    held: list[str] = []
+    for name in ["a", "b", "c", "a"]:
+        held = _kept(held, name)
+    assert KEPT_INPUTS == 2 and held == ["c", "a"]
