@@ -11,7 +11,9 @@ matters:
 
 - Runs. The body is cut into runs of instructions between hard fences, each kept in
   place: labels, branches, `ret`/`exit`, barriers (`bar`, `barrier`), fences and
-  `membar`, the asynchronous machinery (`cp.async.commit_group`/`wait_*`, `mbarrier.*`,
+  `membar`, memory accesses with an ordering qualifier (`.acquire`, `.release`,
+  `.acq_rel`, `.sc`, `.relaxed`, `.volatile`, `.mmio`: a semaphore's wait or post),
+  the asynchronous machinery (`cp.async.commit_group`/`wait_*`, `mbarrier.*`,
   `wgmma.fence`/`commit_group`/`wait_group`, `griddepcontrol.*`), calls, inline
   `{ ... }` blocks (their registers are their own), directives, and any opcode not known
   here (a reordering is only as sound as what is understood).
@@ -52,6 +54,9 @@ _FENCES = ("bar", "barrier", "fence", "membar", "mbarrier", "griddepcontrol", "b
 _FENCE_PREFIXES = ("cp.async.commit_group", "cp.async.wait", "cp.async.bulk.commit_group",
                    "cp.async.bulk.wait_group", "wgmma.fence", "wgmma.commit_group",
                    "wgmma.wait_group", "cp.async.mbarrier")
+# memory-model qualifiers: an access that orders others (an acquire load, a release
+# store, a volatile or scoped access) is a fence itself
+_ORDERING = {"acquire", "release", "acq_rel", "sc", "relaxed", "volatile", "mmio"}
 # opcodes that can move, by how they touch memory
 _PURE = {"add", "sub", "mul", "mad", "mul24", "mad24", "sad", "div", "rem", "abs", "neg",
          "min", "max", "popc", "clz", "bfind", "fns", "brev", "bfe", "bfi", "dp4a", "dp2a",
@@ -209,7 +214,8 @@ def _instruction(line: str) -> Instruction | None:
     body = line[guard.end():] if guard else line
     opcode = _opcode(body)
     parts = opcode.split(".")
-    if parts[0] in _FENCES or opcode.startswith(_FENCE_PREFIXES):
+    if parts[0] in _FENCES or opcode.startswith(_FENCE_PREFIXES) or \
+            _ORDERING.intersection(parts[1:]):
         return None
     if parts[0] in _LOADS:
         memory = "read"

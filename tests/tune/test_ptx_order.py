@@ -187,6 +187,17 @@ def test_vmc_tune_without_a_gpu_says_so(capsys):
     assert "no GPU found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("access", [
+    "ld.acquire.gpu.global.u32 %r9, [%rd1];", "st.release.gpu.global.u32 [%rd1], %r2;",
+    "atom.acq_rel.gpu.global.add.u32 %r9, [%rd1], 1;", "ld.volatile.global.u32 %r9, [%rd1];",
+    "red.relaxed.gpu.global.add.u32 [%rd1], 1;"])
+def test_an_access_with_an_ordering_qualifier_is_a_fence(access):
+    text = SMALL.replace("\tbar.sync 0;\n", f"\t{access}\n")
+    runs = PtxOrder.parse(text).runs
+    assert all(access not in i.text for run in runs for i in run.instructions)
+    assert len(runs) == 3  # it splits the runs as the barrier did
+
+
 def test_text_without_a_kernel_is_rejected():
     with pytest.raises(PtxOrderError, match="not a PTX kernel"):
         PtxOrder.parse("hello")
