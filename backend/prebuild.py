@@ -48,10 +48,22 @@ def worker_count() -> int:
         except ValueError:
             raise ValueError(f"{WORKERS_ENV} must be a whole number of processes, got "
                              f"{env!r}") from None
+    return usable_cpus()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # (not on every platform)
         return os.cpu_count() or 1
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment of a `python -m tilevm...` worker process: this one's, with
+    `sys.path` as PYTHONPATH, so that the worker imports the caller's tilevm."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [entry or os.getcwd() for entry in sys.path]))
 
 
 def prebuild(programs: Sequence[Program], arch: str | None = None, *,
@@ -71,8 +83,7 @@ def prebuild(programs: Sequence[Program], arch: str | None = None, *,
     count = min(len(jobs), worker_count())
     if count <= 1:
         return 0
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [entry or os.getcwd() for entry in sys.path]))  # the caller's tilevm
+    env = worker_environment()
     with tempfile.TemporaryDirectory(prefix="tilevm-prebuild-") as folder:
         workers = []
         for i in range(count):

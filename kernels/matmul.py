@@ -36,7 +36,6 @@ from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.prebuild import prebuild
 from tilevm.cost.hardware import gpu_for_device
 from tilevm.cost.model import Resources
-from tilevm.cost.rank import fastest, predicted_seconds
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
@@ -52,6 +51,7 @@ from tilevm.kernels.schedule import (
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.tune.cache import cache_key, lookup, store
+from tilevm.tune.rank import fastest, predicted_seconds
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _memory: dict[str, Schedule] = {}  # tuned schedules of this process
@@ -482,7 +482,7 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
          ) -> tuple[Schedule, dict[str, Any]]:
     """Compile every candidate schedule and time them; return the fastest and a report.
     With `ranked`, on a GPU the cost model's table holds (`cost.hardware`), only the
-    third of the candidates the model predicts fastest is timed (`cost.rank`). Off by
+    third of the candidates the model predicts fastest is timed (`tune.rank`). Off by
     default: here the model's analysis takes longer than timing every compiled
     candidate, and its third misses the best in a few problems (docs/cost-model.md,
     "The tuner with the ranking")."""

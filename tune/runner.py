@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 from tilevm.backend.gpu_run import run_on_gpu
 from tilevm.backend.launch import compiled_kernel
+from tilevm.backend.prebuild import worker_environment
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
 from tilevm.tune.variants import ptx_variant
@@ -121,10 +122,9 @@ class Runner:
 
 class _Worker:
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [entry or os.getcwd() for entry in sys.path]))  # the caller's tilevm
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tilevm.tune.runner"], env=env, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "tilevm.tune.runner"], env=worker_environment(),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.sent: list[str] = []  # the names of the input sets the worker holds
 

@@ -600,8 +600,8 @@ def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
     import torch
 
     from tilevm.cost.hardware import gpu_for_device
-    from tilevm.cost.rank import fastest, predicted_seconds
     from tilevm.kernels import quantized_matmul
+    from tilevm.tune.rank import fastest, predicted_seconds
 
     M, K, N = 16, 1024, 768
     qw = quantize(torch.randn(K, N, device="cuda"), "int4", 128, format=FRAGMENTS)

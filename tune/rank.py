@@ -4,7 +4,7 @@ A candidate is the launches one call makes (a program, its runtime scalars and t
 resources its blocks hold, per launch); its predicted time is the sum of the launches'
 `cost.model.estimate`. The estimates walk every block's footprint, seconds for a large
 grid in Python, so several candidates are estimated at once in worker processes:
-plain `python -m tilevm.cost.rank` subprocesses given the caller's `sys.path`, as
+plain `python -m tilevm.tune.rank` subprocesses given the caller's `sys.path`, as
 `backend.prebuild` starts (not `multiprocessing`: a forked child must not touch the
 tuner's CUDA context, and spawned ones import the caller's main script again). A
 worker that fails leaves its candidates to this process. The quantized-matmul tuner
@@ -14,7 +14,6 @@ measured in docs/cost-model.md.
 
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tilevm.backend.prebuild import usable_cpus, worker_environment
 from tilevm.cost.hardware import GPU
 from tilevm.cost.model import Resources, estimate
 from tilevm.ir.stmt import Program
@@ -48,12 +48,11 @@ def predicted_seconds(candidates: Sequence[Sequence[Launch]], gpu: GPU,
     """Each candidate's predicted time in seconds, in order. `workers`: processes to
     spread the estimates over (default: one per CPU, at most one per candidate; 1: in
     this process)."""
-    workers = min(len(candidates), workers or _cpus())
+    workers = min(len(candidates), workers or usable_cpus())
     if workers <= 1:
         return [_predicted(launches, gpu) for launches in candidates]
     found: dict[int, float] = {}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [entry or os.getcwd() for entry in sys.path]))  # the caller's tilevm
+    env = worker_environment()
     with tempfile.TemporaryDirectory(prefix="tilevm-rank-") as folder:
         running = []
         for w in range(workers):
@@ -61,7 +60,7 @@ def predicted_seconds(candidates: Sequence[Sequence[Launch]], gpu: GPU,
             mine = list(range(w, len(candidates), workers))
             jobs.write_bytes(pickle.dumps(([candidates[i] for i in mine], gpu)))
             running.append((mine, out, subprocess.Popen(
-                [sys.executable, "-m", "tilevm.cost.rank", str(jobs), str(out)], env=env,
+                [sys.executable, "-m", "tilevm.tune.rank", str(jobs), str(out)], env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL)))
         for mine, out, worker in running:
@@ -69,13 +68,6 @@ def predicted_seconds(candidates: Sequence[Sequence[Launch]], gpu: GPU,
                 found.update(zip(mine, pickle.loads(out.read_bytes()), strict=True))
     return [found[i] if i in found else _predicted(launches, gpu)
             for i, launches in enumerate(candidates)]
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on every platform)
-        return os.cpu_count() or 1
 
 
 def _work(jobs: str, out: str) -> None:

@@ -1,4 +1,4 @@
-"""cost.rank: candidates' predicted times (the model's estimates, summed over a call's
+"""tune.rank: candidates' predicted times (the model's estimates, summed over a call's
 launches, in this process or in workers) and the fastest fraction of them."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from tilevm.bench.examples import load_example
 from tilevm.cost import hardware
 from tilevm.cost.model import Resources, estimate
-from tilevm.cost.rank import fastest, predicted_seconds
+from tilevm.tune.rank import fastest, predicted_seconds
 
 matmul = load_example("matmul").matmul
 
