@@ -36,7 +36,7 @@ from tilevm.backend.analysis import target
 from tilevm.backend.llvm.codegen import generate
 from tilevm.bench import qmm
 from tilevm.cli import analyze, run, tune
-from tilevm.cli.common import CLIError, load_target, settings_of
+from tilevm.cli.common import CLIError, load_target, settings_of, write_file, write_output
 from tilevm.ir.errors import VMError
 from tilevm.ir.printer import format_program
 from tilevm.layouts import RegisterLayout, SharedLayout, parse_layout, picture
@@ -77,11 +77,7 @@ def _cmd_layout(args: argparse.Namespace) -> None:
     except ValueError as err:  # LayoutError and DTypeError are ValueErrors
         raise CLIError(str(err)) from None
     if svg is not None:
-        try:
-            with open(args.svg, "w") as f:
-                f.write(svg)
-        except OSError as err:
-            raise CLIError(f"cannot write {args.svg}: {err.strerror}") from None
+        write_file(args.svg, svg)
         print(f"wrote {args.svg}", file=sys.stderr)
 
 
@@ -109,14 +105,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise CLIError(str(err)) from None
     except (target.TargetError, ValueError) as err:
         raise CLIError(str(err)) from None
-    if args.output and args.output != "-":
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as err:
-            raise CLIError(f"cannot write {args.output}: {err.strerror}") from None
-    else:
-        print(text, end="")
+    write_output(args.output, text)
     if args.check:
         if args.emit != "ptx":
             raise CLIError("--check runs ptxas on PTX; it needs --emit ptx")

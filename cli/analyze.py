@@ -8,7 +8,7 @@ import json
 import sys
 
 from tilevm.backend import pipeline, ptxas
-from tilevm.cli.common import CLIError, load_target, parse_setting, settings_of
+from tilevm.cli.common import CLIError, load_target, parse_setting, settings_of, write_file
 from tilevm.cost import hardware
 from tilevm.cost.diagram import napkin_svg
 from tilevm.cost.liveness import analyze_liveness
@@ -137,8 +137,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             svg = napkin_svg(program, result.traffic, analyze_liveness(program, scalars))
         except (VMError, ValueError) as err:
             raise CLIError(str(err)) from None
-        with open(args.svg, "w", encoding="utf-8") as f:
-            f.write(svg)
+        write_file(args.svg, svg)
     return 0
 
 

@@ -155,6 +155,23 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def write_file(path: str, text: str) -> None:
+    """`text` into the file `path`; one that cannot be written is a CLIError."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise CLIError(f"cannot write {path}: {err.strerror}") from None
+
+
+def write_output(path: str | None, text: str) -> None:
+    """`text` into the file `path` (`-o`), or to standard output for None or "-"."""
+    if not path or path == "-":
+        sys.stdout.write(text)
+    else:
+        write_file(path, text)
+
+
 def split_target(target: str) -> tuple[str, str | None]:
     """`FILE.py[:KERNEL]` -> (path, kernel name or None)."""
     head, sep, tail = target.rpartition(":")

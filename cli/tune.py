@@ -30,6 +30,7 @@ from tilevm.cli.common import (
     non_negative_int,
     settings_of,
     split_target,
+    write_output,
 )
 from tilevm.tune.order_search import search_order
 from tilevm.tune.ptx_order import PtxOrder, PtxOrderError
@@ -39,15 +40,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     if (args.target is None) == (args.permute is None):
         raise CLIError("give a kernel to tune (FILE.py[:KERNEL]) or --permute FILE.ptx, "
                        "not both")
-    text = _permuted(args) if args.permute else _searched(args)
-    if args.output and args.output != "-":
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as err:
-            raise CLIError(f"cannot write {args.output}: {err.strerror}") from None
-    else:
-        sys.stdout.write(text)
+    write_output(args.output, _permuted(args) if args.permute else _searched(args))
 
 
 def _permuted(args: argparse.Namespace) -> str:
