@@ -76,20 +76,25 @@ def dram_estimate(footprints: Sequence[BlockFootprint] | Callable[[int], BlockFo
         else list(range(count))
     waves = _Waves(get, blocks, blocks_per_wave, picks)
     capacity = 8 * l2_bytes
-    per_wave = [_wave_bits(waves, w, capacity) for w in picks]
-    approximate = waves.approximate or sampled or any(cut for *_, cut in per_wave)
+    cut = False
     if sampled:
+        per_wave = [_wave_bits(waves, w, capacity, totals=True) for w in picks]
+        cut = any(c for *_, c in per_wave)
         fetched, written, footprint = (_interpolated(picks, [q[i] for q in per_wave])
                                        for i in range(3))
-    else:  # the unions over every wave, exactly
+    else:  # the unions over every wave, exactly; fetched only if L2 cannot hold them
         pointers = sorted(waves.planes)
-        fetched = _sum(q[0] for q in per_wave)
         footprint = {p: union_area(r for w in picks for r in waves.rects(w)[2].get(p, ()))
                      for p in pointers}
         written = {p: union_area(r for w in picks for r in waves.rects(w)[1].get(p, ()))
                    for p in pointers}
+        if sum(footprint.values()) > capacity:
+            per_wave = [_wave_bits(waves, w, capacity, totals=False) for w in picks]
+            cut = any(c for *_, c in per_wave)
+            fetched = _sum(q[0] for q in per_wave)
     if sum(footprint.values()) <= capacity:  # all of it stays: each byte read once
         fetched = {p: footprint[p] - written.get(p, 0) for p in footprint}
+    approximate = waves.approximate or sampled or cut
     return DramEstimate({p: round(b) for p, b in fetched.items()},
                         {p: round(b) for p, b in written.items()},
                         {p: round(b) for p, b in footprint.items()}, approximate)
@@ -137,10 +142,11 @@ class _Waves:
         return self.planes[pointer]
 
 
-def _wave_bits(waves: _Waves, w: int, capacity: float
+def _wave_bits(waves: _Waves, w: int, capacity: float, totals: bool
                ) -> tuple[dict[str, float], dict[str, int], dict[str, int], bool]:
-    """Wave `w`'s bits by pointer: fetched (the rule of the module docstring), written,
-    touched for the first time since the waves it looks back on; and whether its
+    """Wave `w`'s bits by pointer: fetched (the rule of the module docstring), and with
+    `totals` written and touched for the first time since the waves it looks back on
+    (else empty: the exact estimate takes the unions over every wave); and whether its
     lookback was cut at `MAX_LOOKBACK`."""
     reads, writes, touched = waves.rects(w)
     # missed[p]: the bits of p's reads that no wave since w - j touched (nor this wave
@@ -163,6 +169,8 @@ def _wave_bits(waves: _Waves, w: int, capacity: float
             still = _missed(rects, since.get(p, set()) | writes.get(p, set()))
             fetched[p] -= kept * (missed[p] - still)
             missed[p] = still
+    if not totals:
+        return fetched, {}, {}, cut
     new = {p: _missed(rects, since.get(p, set())) for p, rects in touched.items()}
     return fetched, {p: union_area(r) for p, r in writes.items()}, new, cut
 
