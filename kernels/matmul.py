@@ -227,7 +227,7 @@ def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
         qmm = _qmm(qw, s, N).prepare(x, wt, y, M, N, K, dependent=dependent)
         return _Plan(shape, x.dtype, x.device, qmm, addresses, (), dequantize,
                      tuple(wt.shape), weights)
-    if s.staged or s.shared_weights:
+    if not s.splits_k_kernel:
         qmm = _qmm(qw, s, N).prepare(x, *weights, y, M, N, K, dependent=dependent)
         return _Plan(shape, x.dtype, x.device, qmm, addresses, (), None, (0, 0), weights)
     ws, counters = _splitk_buffers(x.device, M, N, s, stream)  # (the kernels that split K)

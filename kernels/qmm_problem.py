@@ -59,7 +59,7 @@ class QmmProblem:
 
     def inputs_name(self, s: Schedule) -> str:
         """The name of `s`'s argument layout: equal names, equal input sets."""
-        if s.staged or s.shared_weights:
+        if not s.splits_k_kernel:
             return "plain"
         # the workspaces of both sets follow the split and the tile; the gate set's K
         # the split and the unroll
@@ -114,7 +114,7 @@ def _args(s: Schedule, qw: QuantizedWeight, x: np.ndarray) -> list[Any]:
     M = x.shape[0]
     y = np.full((M, N), np.nan, dtype=np.float16)
     head = [x, qw.packed, qw.scales, qw.scales, y]  # (zeros: unread without zero points)
-    if s.staged or s.shared_weights:
+    if not s.splits_k_kernel:
         return [*head, M, N, K]
     floats, tiles = _workspace(s, M, N)
     ws = np.zeros(floats, dtype=np.float32)

@@ -167,6 +167,12 @@ class Schedule:
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
     @property
+    def splits_k_kernel(self) -> bool:
+        """Whether the kernel takes split-K's workspace and tile counters (after y):
+        the streaming kernel and the register-A wgmma kernel, whatever their split."""
+        return not (self.staged or self.shared_weights or self.dequant)
+
+    @property
     def block_columns(self) -> int:
         """Columns of y a block of the kernels that split K computes (`bn`: the
         streaming kernel's and the register-A wgmma kernel's): 32 a warp, 16 with half
