@@ -16,13 +16,12 @@ against float64.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm_problem import QmmProblem
 from tilevm.kernels.schedule import Schedule, schedule_point, schedule_space
-from tilevm.tune.anneal import AnnealResult, anneal
+from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.runner import Candidate, Runner
 
 __all__ = ["ScheduleSearch", "search_schedule"]
@@ -54,30 +53,19 @@ def search_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sc
     problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
     space = schedule_space(K, group_size, hopper=hopper, bits=problem.wdtype.bits)
     first = schedule_point(space, start)
-    seen: dict[tuple[object, ...], float | None] = {}
-    counts = {"ran": 0, "repeated": 0, "rejected": 0}
-    deadline = time.monotonic() + budget_s
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
-        def measure(point: tuple[object, ...]) -> float | None:
-            if point in seen:
-                counts["repeated"] += 1
-                return seen[point]
+        def run(point: tuple[object, ...]) -> float | None:
             s = space.candidate(point)
             assert s is not None  # (the space's moves land on candidates only)
             name = problem.inputs_name(s)
             if name not in runner.inputs:
                 runner.add_inputs(name, problem.inputs(s))
             outcome = runner.run(Candidate(problem.program(s), inputs=name))
-            counts["ran"] += 1
-            counts["rejected"] += not outcome.valid
-            seen[point] = outcome.seconds if outcome.valid else None
-            return seen[point]
+            return outcome.seconds if outcome.valid else None
 
-        annealing = anneal(first, space.neighbour, measure, steps=steps, seed=seed,
-                           min_gain=min_gain, stop=lambda: time.monotonic() > deadline)
-    start_s = seen[first]
-    assert start_s is not None
-    counts["ran"] -= 1  # the start's measurement was no proposal
-    best = space.candidate(annealing.best)
+        found = anneal_measured(first, space.neighbour, run, steps=steps, seed=seed,
+                                budget_s=budget_s, min_gain=min_gain)
+    best = space.candidate(found.annealing.best)
     assert best is not None
-    return ScheduleSearch(best, annealing.best_s, start_s, annealing, **counts)
+    return ScheduleSearch(best, found.annealing.best_s, found.start_s, found.annealing,
+                          found.ran, found.repeated, found.rejected)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["Step", "AnnealResult", "anneal"]
+__all__ = ["Step", "AnnealResult", "anneal", "Measured", "anneal_measured"]
 
 State = TypeVar("State", bound=Hashable)
 
@@ -89,3 +90,46 @@ def anneal(start: State, neighbour: Callable[[State, random.Random], State],
         trace.append(Step(seconds, accepted, temperature, best_s))
         temperature *= cooling
     return AnnealResult(best, best_s, tuple(trace))
+
+
+@dataclass(frozen=True)
+class Measured(Generic[State]):
+    """`anneal_measured`'s result: the annealing, the start's time, and how many
+    proposals were run, repeated (measured before: not run again) or rejected (invalid)."""
+
+    annealing: AnnealResult[State]
+    start_s: float
+    ran: int
+    repeated: int
+    rejected: int
+
+
+def anneal_measured(start: State, neighbour: Callable[[State, random.Random], State],
+                    run: Callable[[State], float | None], *, steps: int, seed: int,
+                    budget_s: float, min_gain: float = 0.0,
+                    key: Callable[[State], Hashable] = lambda state: state
+                    ) -> Measured[State]:
+    """`anneal` over candidates that cost a GPU run each: `run(state)` (its time, or None
+    for an invalid one) at most once per `key(state)`, the start's run not counted as a
+    proposal, and no proposal after `budget_s` seconds."""
+    seen: dict[Hashable, float | None] = {}
+    counts = {"ran": 0, "repeated": 0, "rejected": 0}
+    start_key = key(start)
+
+    def measure(state: State) -> float | None:
+        k = key(state)
+        if k in seen:
+            counts["repeated"] += 1
+            return seen[k]
+        seconds = seen[k] = run(state)
+        if k != start_key:
+            counts["ran"] += 1
+            counts["rejected"] += seconds is None
+        return seconds
+
+    deadline = time.monotonic() + budget_s
+    annealing = anneal(start, neighbour, measure, steps=steps, seed=seed, min_gain=min_gain,
+                       stop=lambda: time.monotonic() > deadline)
+    start_s = seen[start_key]
+    assert start_s is not None  # (anneal refuses an invalid start)
+    return Measured(annealing, start_s, **counts)

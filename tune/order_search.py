@@ -12,20 +12,19 @@ proposal's text is hashed, and a text seen before is not run again. A proposal r
 the runner's child process (`runner.Runner`) on the caller's input sets; it is invalid
 (rejected) when it fails there or when any output differs by one bit from the compiled
 kernel's: reordering changes no arithmetic, so equality is the gate. The annealing is
-`anneal.anneal`'s.
+`anneal.anneal_measured`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tilevm.ir.stmt import Program
-from tilevm.tune.anneal import AnnealResult, anneal
+from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.ptx_order import PtxOrder
 from tilevm.tune.runner import Candidate, Runner
 from tilevm.tune.variants import compiled_ptx
@@ -81,39 +80,22 @@ def search_order(program: Program, inputs: Sequence[Sequence[Any]], *, steps: in
         raise ValueError(f"the search times its candidates: repeat must be >= 1, got {repeat}")
     order = PtxOrder.parse(compiled_ptx(program))
     start: Orders = tuple(tuple(range(len(run.instructions))) for run in order.runs)
-    seen: dict[str, float | None] = {}
-    counts = {"ran": 0, "repeated": 0, "rejected": 0}
-    deadline = time.monotonic() + budget_s
     with Runner(inputs, repeat=repeat, timeout_s=timeout_s) as runner:
         reference = runner.run(Candidate(program))
         if not reference.valid:
             raise RuntimeError(f"the compiled kernel itself failed: {reference.error}")
 
-        measured_start = False  # anneal measures the start once first: not a proposal
-
-        def measure(orders: Orders) -> float | None:
-            nonlocal measured_start
+        def run(orders: Orders) -> float | None:
             if orders == start:  # the compiled order: run already
-                if measured_start:
-                    counts["repeated"] += 1
-                measured_start = True
                 return reference.seconds
-            text = order.text(orders)
-            key = hashlib.sha256(text.encode()).hexdigest()
-            if key in seen:
-                counts["repeated"] += 1
-                return seen[key]
-            outcome = runner.run(Candidate(program, text))
-            counts["ran"] += 1
-            seconds = outcome.seconds if outcome.valid and \
+            outcome = runner.run(Candidate(program, order.text(orders)))
+            return outcome.seconds if outcome.valid and \
                 outcome.outputs == reference.outputs else None
-            counts["rejected"] += seconds is None
-            seen[key] = seconds
-            return seconds
 
-        annealing = anneal(start, lambda s, rng: neighbour_orders(order, s, rng), measure,
-                           steps=steps, seed=seed, min_gain=min_gain,
-                           stop=lambda: time.monotonic() > deadline)
-    assert reference.seconds is not None
-    return OrderSearch(order.text(annealing.best), annealing.best_s, reference.seconds,
-                       annealing, **counts)
+        found = anneal_measured(
+            start, lambda s, rng: neighbour_orders(order, s, rng), run, steps=steps,
+            seed=seed, budget_s=budget_s, min_gain=min_gain,
+            key=lambda orders: hashlib.sha256(order.text(orders).encode()).hexdigest())
+    return OrderSearch(order.text(found.annealing.best), found.annealing.best_s,
+                       found.start_s, found.annealing, found.ran, found.repeated,
+                       found.rejected)
