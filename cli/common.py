@@ -14,6 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from tilevm import dtypes
+from tilevm.backend import gpu_run
+from tilevm.backend.analysis.target import TARGETS
+from tilevm.backend.cuda.errors import NoDriverError
 from tilevm.ir.errors import VMError
 from tilevm.ir.stmt import Program
 from tilevm.vm.frontend import Kernel
@@ -153,6 +156,19 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
     return value
+
+
+def require_gpu(otherwise: str) -> gpu_run.GpuDevice:
+    """The current GPU, or a CLIError that says there is none (or one tilevm does not
+    compile for) and, in `otherwise`, what to do instead."""
+    try:
+        device = gpu_run.gpu_device()
+    except NoDriverError as err:
+        raise CLIError(f"no GPU found ({err}); {otherwise}") from None
+    if device.arch not in TARGETS:
+        raise CLIError(f"the GPU is {device.arch}, which tilevm does not compile for "
+                       f"(supported: {', '.join(TARGETS)}); {otherwise}")
+    return device
 
 
 def write_file(path: str, text: str) -> None:

@@ -12,8 +12,7 @@ import numpy as np
 
 from tilevm import dtypes
 from tilevm.backend import gpu_run, ptxas
-from tilevm.backend.analysis import target
-from tilevm.backend.cuda.errors import CudaError, NoDriverError
+from tilevm.backend.cuda.errors import CudaError
 from tilevm.cli.common import (
     DEFAULT_ATOL,
     CLIError,
@@ -23,6 +22,7 @@ from tilevm.cli.common import (
     load_target,
     non_negative_int,
     protocol,
+    require_gpu,
     settings_of,
     split_target,
 )
@@ -73,20 +73,6 @@ Exit status: 0 when every output passes, 1 when one fails or the kernel raises a
 error while it compiles or runs, 2 for a usage error (bad file, kernel, setting, no GPU).
 """
 
-def _require_gpu(kernel_name: str) -> gpu_run.GpuDevice:
-    """The current GPU, or a CLIError that says how to run without one."""
-    try:
-        device = gpu_run.gpu_device()
-    except NoDriverError as err:
-        raise CLIError(f"no GPU found ({err}); add --interpret to run {kernel_name} in the "
-                       "reference interpreter") from None
-    if device.arch not in target.TARGETS:
-        raise CLIError(f"the GPU is {device.arch}, which tilevm does not compile for "
-                       f"(supported: {', '.join(target.TARGETS)}); add --interpret to run "
-                       f"{kernel_name} in the reference interpreter")
-    return device
-
-
 def _check_outputs(params: Sequence[object], outputs: Sequence[object],
                    expected: dict[int, object], atol: float, label: str = "") -> bool:
     """Print one line per output (`compare` against the reference); all passed?"""
@@ -130,7 +116,8 @@ def _prepare_run(args: argparse.Namespace):
     module, kernel = load_target(args.target)
     reference = protocol(module, path, "reference",
                           "reference(*args, **constants) -> {index: expected}")
-    device = None if args.interpret else _require_gpu(kernel.name)
+    device = None if args.interpret else require_gpu(
+        f"add --interpret to run {kernel.name} in the reference interpreter")
     kernel_args, constants, program = example_problem(
         module, kernel, path, settings_of(args.set), np.random.default_rng(args.seed))
     try:

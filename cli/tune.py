@@ -20,14 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from tilevm.backend import gpu_run
-from tilevm.backend.analysis import target
-from tilevm.backend.cuda.errors import NoDriverError
 from tilevm.cli.common import (
     CLIError,
     example_problem,
     load_target,
     non_negative_int,
+    require_gpu,
     settings_of,
     split_target,
     write_output,
@@ -65,13 +63,7 @@ def _searched(args: argparse.Namespace) -> str:
     path, _ = split_target(args.target)
     module, kernel = load_target(args.target)
     settings = settings_of(args.set)
-    try:
-        device = gpu_run.gpu_device()
-    except NoDriverError as err:
-        raise CLIError(f"no GPU found ({err}): the search times {kernel.name} on one") \
-            from None
-    if device.arch not in target.TARGETS:
-        raise CLIError(f"the GPU is {device.arch}, which tilevm does not compile for")
+    device = require_gpu(f"the search times {kernel.name} on one")
     problems = [example_problem(module, kernel, path, settings,
                                 np.random.default_rng(args.seed + i)) for i in range(2)]
     program = problems[0][2]
