@@ -16,10 +16,16 @@ events (the driver's `cuEventRecord`: no PyTorch needed) recorded around each la
 The launches and their events are queued behind a gate, a stream wait on a flag in host
 memory (`cuStreamWaitValue32`), which opens only once they are all queued: the GPU then
 runs them back to back, and the events bracket the kernel alone however long the host
-takes to submit a launch (tilevm's launch path checks its arguments on the host). L2 is
-warm: every launch reads the same inputs. Where the device refuses stream memory
-operations, the events are recorded as the host submits, and the time includes the
-GPU's wait for the host; `KernelTime.method` says which method timed it.
+takes to submit a launch (tilevm's launch path checks its arguments on the host). Where
+the device refuses stream memory operations, the events are recorded as the host
+submits, and the time includes the GPU's wait for the host; `KernelTime.method` says
+which method timed it.
+
+L2 is warm by default: every launch reads the same inputs. With `cold_l2`, the timed
+launches rotate over copies of the arguments that together hold at least
+`COLD_L2_FACTOR` times the L2's bytes (as ../shared/BENCHMARKS.md's graph method
+rotates the weights), so each launch reads its inputs from DRAM, as a layer of a served
+model does; the outputs come from the first copy.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from tilevm.backend.cuda.kernel import Kernel
 from tilevm.backend.launch import compiled_kernel, copy_back, current_arch, to_device
 from tilevm.ir.stmt import Program
 
-__all__ = ["GpuDevice", "GpuRun", "KernelTime", "gpu_device", "run_on_gpu", "time_launches"]
+__all__ = ["GpuDevice", "GpuRun", "KernelTime", "gpu_device", "run_on_gpu", "time_launches",
+           "cold_l2_copies"]
 
 # Values of cuda.h's flags (fixed by the driver's ABI).
 CU_STREAM_NON_BLOCKING = 1  # no implicit ordering with the legacy default stream
@@ -51,6 +58,8 @@ CU_STREAM_WAIT_VALUE_GEQ = 0  # wait until (int32)(*addr - value) >= 0
 WARMUP = 5  # untimed launches first: clocks up, the launch path's caches filled
 GATE_BATCH = 64  # launches queued behind one gate: well inside the driver's queue depth
 GATE_TIMEOUT_S = 10.0  # the gate opens by itself after this long (see _Gate)
+COLD_L2_FACTOR = 3  # the copies rotated over hold this many times the L2's bytes
+MAX_COPIES = 64
 GATED = "CUDA events around each launch, all queued behind a stream wait (host time excluded)"
 UNGATED = "CUDA events around each launch as the host submits it (includes the host's time)"
 
@@ -89,11 +98,12 @@ def gpu_device() -> GpuDevice:
 
 
 def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100,
-               kernel: Kernel | None = None) -> GpuRun:
+               kernel: Kernel | None = None, *, cold_l2: bool = False) -> GpuRun:
     """Compile `program` for the current GPU (or take `kernel`, a loaded kernel of it),
     launch it once on `args` (the interpreter's argument form, left untouched) and copy
-    its outputs back; then time `repeat` more launches (none when 0). Compiler and
-    launch errors propagate (`VMError`, `CudaError`, `ptxas.PTXError`)."""
+    its outputs back; then time `repeat` more launches (none when 0), with L2 warm or,
+    with `cold_l2`, cold (module docstring). Compiler and launch errors propagate
+    (`VMError`, `CudaError`, `ptxas.PTXError`)."""
     if repeat < 0:
         raise ValueError(f"repeat must be >= 0, got {repeat}")
     kernel = kernel or compiled_kernel(program)
@@ -101,13 +111,23 @@ def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100,
     # the user's arrays stay as they are: the outputs are written into copies
     outputs = [value.copy() if isinstance(value, np.ndarray) else value for value in args]
     device_args, copies = to_device(program, outputs)
+    rotated = [device_args]
+    if cold_l2 and repeat:
+        count = cold_l2_copies(sum(v.nbytes for v in args if isinstance(v, np.ndarray)),
+                               driver.device_attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE",
+                                                       driver.ensure_context().device))
+        rotated += [to_device(program, outputs)[0] for _ in range(count - 1)]
     # The copies to the device went through the legacy default stream, with which a
     # non-blocking stream is not ordered: wait for them before launching.
     driver.call("cuCtxSynchronize", drv.cuCtxSynchronize())
     stream = driver.call("cuStreamCreate", drv.cuStreamCreate(CU_STREAM_NON_BLOCKING))
     try:
+        launches = 0
+
         def launch() -> None:
-            kernel(*device_args, stream=stream)
+            nonlocal launches
+            kernel(*rotated[launches % len(rotated)], stream=stream)
+            launches += 1
 
         launch()
         driver.call("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
@@ -117,6 +137,12 @@ def run_on_gpu(program: Program, args: Sequence[Any], repeat: int = 100,
         driver.call("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
         driver.call("cuStreamDestroy", drv.cuStreamDestroy(stream))
     return GpuRun(outputs=outputs, time=time)
+
+
+def cold_l2_copies(nbytes: int, l2_bytes: int) -> int:
+    """How many copies of `nbytes` of arguments hold `COLD_L2_FACTOR` times `l2_bytes`
+    (at least 1, at most `MAX_COPIES`)."""
+    return max(1, min(MAX_COPIES, -(-COLD_L2_FACTOR * l2_bytes // max(nbytes, 1))))
 
 
 def time_launches(launch: Callable[[], None], stream: Any, repeat: int) -> KernelTime:

@@ -15,6 +15,21 @@ every split of K):
 
 N stays a multiple of 8 if the timed N is one: the Hopper kernels' program depends on it
 (`wide_stores`).
+
+For a winner's final check (`tune.verify.check_samples`), `sample_inputs(s, i)` gives
+fresh input sets: the timed weights with new random activations, and every fourth set a
+small ragged problem with new weights holding every code; `check_outputs` compares a
+result with the float64 product `x @ dequantize(W)` within a bound that holds for any
+order of the sums: per output, with `A = sum_k |x_k| |w_k|`,
+
+    |y - ref| <= (2^-11 + K 2^-23) A + 2^-11 |ref| + 2^-24
+
+(the weights rounded to f16 once, the sums in f32 however they are split and ordered,
+the result rounded to f16 once, with a factor 2 of room on f32's rounding). The first
+term is not the tighter `K 2^-23 A` of a reference that rounds the weights to f16
+itself: kernels convert codes and scales by other steps (the interpreter's run of the
+streaming kernel on f6e3m2 exceeds that tighter bound). Inputs are finite here: the
+non-finite values are the gate set's, compared bitwise.
 """
 
 from __future__ import annotations
@@ -36,6 +51,11 @@ SPECIAL_F16 = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6e-8, -6e-8, 6.1e-5,
                         -65504.0], dtype=np.float16)
 
 
+F16_ROUNDING = 2.0 ** -11  # the unit roundoff of f16
+F32_ROUNDING_ROOM = 2.0 ** -23  # twice f32's unit roundoff, per term of a sum
+SAMPLE_GATE_EVERY = 4  # every fourth sample set is a small ragged problem
+
+
 class QmmProblem:
     """One problem (weight type, M, N, K) for many schedules: the weights made once,
     each schedule's program (`program`) and input sets (`inputs`, made once per
@@ -50,6 +70,9 @@ class QmmProblem:
         self.timed = _weights(self.rng, self.wdtype, K, N, group_size, every_code=False)
         self.x = self.rng.uniform(-1, 1, (M, K)).astype(np.float16)
         self._inputs: dict[str, list[list[Any]]] = {}
+        self._sample_weights: dict[int, QuantizedWeight] = {}  # by id of their codes
+        # the timed weights dequantized, and their magnitudes (made once: gigabytes)
+        self._timed64: tuple[np.ndarray, np.ndarray] | None = None
 
     def program(self, s: Schedule) -> Any:
         if s.dequant:
@@ -79,12 +102,58 @@ class QmmProblem:
         return self._inputs[name]
 
 
+    def sample_inputs(self, s: Schedule, i: int) -> list[Any]:
+        """Input set `i` of a winner's final check (module docstring)."""
+        rng = np.random.default_rng([self.M, self.N, self.K, i])
+        if i % SAMPLE_GATE_EVERY == SAMPLE_GATE_EVERY - 1:
+            small_n = 72 if self.N % 8 == 0 else 71
+            K = self.group_size * max(2, s.split_k * s.unroll)
+            qw = _weights(rng, self.wdtype, K, small_n, self.group_size, every_code=True)
+            x = rng.uniform(-2, 2, (5 if s.bm > 8 else 3, K)).astype(np.float16)
+            self._sample_weights[id(qw.packed)] = qw
+            return _args(s, qw, x)
+        return _args(s, self.timed, rng.uniform(-1, 1, (self.M, self.K)).astype(np.float16))
+
+    def check_outputs(self, args: list[Any], arrays: tuple[np.ndarray, ...]
+                      ) -> tuple[int, str | None]:
+        """(values compared, failure or None): the result `arrays[0]` of input set `args`
+        (from `sample_inputs`) against float64 within the bound of the module docstring."""
+        x, packed = args[0], args[1]
+        qw = self.timed if packed is self.timed.packed else \
+            self._sample_weights.pop(id(packed))
+        if qw is not self.timed:
+            w, w_abs = _dequantized(qw)
+        else:
+            if self._timed64 is None:
+                self._timed64 = _dequantized(qw)
+            w, w_abs = self._timed64
+        x64 = x.astype(np.float64)
+        K = x.shape[1]
+        ref = x64 @ w
+        bound = (F16_ROUNDING + K * F32_ROUNDING_ROOM) * (np.abs(x64) @ w_abs) + \
+            F16_ROUNDING * np.abs(ref) + 2.0 ** -24
+        y = arrays[0][:, :ref.shape[1]].astype(np.float64)
+        error = np.abs(y - ref)
+        bad = ~(error <= bound)  # (a NaN fails too)
+        if bad.any():
+            m, n = np.argwhere(bad)[0]
+            return y.size, (f"{int(bad.sum())} of {y.size} outputs outside the bound, the "
+                            f"first y[{m}, {n}] = {y[m, n]!r} against {ref[m, n]!r} "
+                            f"(bound {bound[m, n]:.3g})")
+        return y.size, None
+
+
 def qmm_problem(s: Schedule, wdtype: DataType | str, M: int, N: int, K: int, *,
                 group_size: int = 128, seed: int = 0) -> tuple[Any, list[list[Any]]]:
     """(program, input sets) of the module docstring for schedule `s` (one launch: not a
     dequantize-then-multiply schedule) and f16 activations."""
     problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
     return problem.program(s), problem.inputs(s)
+
+
+def _dequantized(qw: QuantizedWeight) -> tuple[np.ndarray, np.ndarray]:
+    w = np.asarray(qw.dequantize(), dtype=np.float64)
+    return w, np.abs(w)
 
 
 def _workspace(s: Schedule, M: int, N: int) -> tuple[int, int]:

@@ -12,9 +12,10 @@ or address); everything the process held on the GPU is then lost. A worker proce
 once (each named set of them, the first time a candidate names it) and then one
 candidate at a time over a pipe; it answers with the outputs (the
 bytes of every array the kernel writes, per input set) and the median kernel time on
-the first input set (`backend.gpu_run`). After a CUDA error the worker exits, and one
-that does not answer within `timeout_s` is killed; either way the candidate is invalid
-and a new worker takes the next one.
+the first input set (`backend.gpu_run`), with L2 cold by default: the launches rotate
+over copies of the inputs larger than L2, as ../shared/BENCHMARKS.md times a layer.
+After a CUDA error the worker exits, and one that does not answer within `timeout_s` is
+killed; either way the candidate is invalid and a new worker takes the next one.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Outcome:
     outputs: tuple[tuple[str, ...], ...] | None = None
     seconds: float | None = None
     error: str | None = None
+    arrays: tuple[tuple[Any, ...], ...] | None = None  # the written arrays, if kept
 
     @property
     def valid(self) -> bool:
@@ -68,26 +70,35 @@ class Outcome:
 
 
 def run_candidates(candidates: Sequence[Candidate], inputs: Sequence[Sequence[Any]], *,
-                   repeat: int = 20, timeout_s: float = 60.0) -> list[Outcome]:
+                   repeat: int = 20, timeout_s: float = 60.0, cold_l2: bool = True
+                   ) -> list[Outcome]:
     """Each candidate's outcome on every input set (the interpreter's argument form:
     numpy arrays and Python scalars; left untouched), in order; `repeat` timed launches
     on the first set (0: not timed); `timeout_s` for one candidate, its load included."""
-    with Runner(inputs, repeat=repeat, timeout_s=timeout_s) as runner:
+    with Runner(inputs, repeat=repeat, timeout_s=timeout_s, cold_l2=cold_l2) as runner:
         return [runner.run(candidate) for candidate in candidates]
 
 
 class Runner:
     """Candidates run one at a time on fixed inputs (`run`), in a worker process that
-    is replaced after a failure; close it (or use `with`) to end the worker."""
+    is replaced after a failure; close it (or use `with`) to end the worker. `cold_l2`:
+    time with L2 cold (module docstring), else warm; `keep_arrays`: the outcomes carry
+    the written arrays themselves (`Outcome.arrays`), not only their digests;
+    `launcher`: a command the worker runs under (compute-sanitizer, `tune.verify`);
+    `grace_s`: how long a worker that failed a candidate may take to exit by itself
+    before it is killed (a launcher may still be writing its report)."""
 
     def __init__(self, inputs: Sequence[Sequence[Any]], *, repeat: int = 20,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, cold_l2: bool = True, keep_arrays: bool = False,
+                 launcher: Sequence[str] = (), grace_s: float = 0.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if repeat < 0:
             raise ValueError(f"repeat must be >= 0, got {repeat}")
         self.inputs: dict[str, list[list[Any]]] = {"": [list(args) for args in inputs]}
-        self.repeat, self.timeout_s = repeat, timeout_s
+        self.repeat, self.timeout_s, self.cold_l2 = repeat, timeout_s, cold_l2
+        self.keep_arrays, self.launcher = keep_arrays, list(launcher)
+        self.grace_s = grace_s
         self._worker: _Worker | None = None
 
     def add_inputs(self, name: str, inputs: Sequence[Sequence[Any]]) -> None:
@@ -101,17 +112,25 @@ class Runner:
             raise ValueError(f"no input sets named {candidate.inputs!r}: register them "
                              f"with add_inputs")
         if self._worker is None:
-            self._worker = _Worker()
-        outcome = self._worker.run(candidate, self.inputs[candidate.inputs], self.repeat,
+            self._worker = _Worker(self.launcher)
+        outcome = self._worker.run(candidate, self.inputs[candidate.inputs],
+                                   (self.repeat, self.cold_l2, self.keep_arrays),
                                    self.timeout_s)
         if outcome.error is not None:  # the worker is gone or unusable: a new one next
-            self.close()
+            self._worker.close(self.grace_s)
+            self._worker = None
         return outcome
 
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+
+    def finish(self, timeout_s: float) -> int | None:
+        """End the worker as a normal exit (its input closed) and return its exit status,
+        None if there was none running or it did not exit within `timeout_s` (killed)."""
+        worker, self._worker = self._worker, None
+        return None if worker is None else worker.finish(timeout_s)
 
     def __enter__(self) -> Runner:
         return self
@@ -121,21 +140,22 @@ class Runner:
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, launcher: list[str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tilevm.tune.runner"], env=worker_environment(),
+            [*launcher, sys.executable, "-m", "tilevm.tune.runner"],
+            env=worker_environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.sent: list[str] = []  # the names of the input sets the worker holds
 
-    def run(self, candidate: Candidate, inputs: list[list[Any]], repeat: int,
-            timeout_s: float) -> Outcome:
+    def run(self, candidate: Candidate, inputs: list[list[Any]],
+            how: tuple[int, bool, bool], timeout_s: float) -> Outcome:
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             if candidate.inputs not in self.sent:
                 _send(self.process.stdin, ("inputs", (candidate.inputs, inputs)))
                 self.sent = _kept(self.sent, candidate.inputs)
-            _send(self.process.stdin, ("run", (candidate, repeat)))
+            _send(self.process.stdin, ("run", (candidate, how)))
         except (BrokenPipeError, OSError):
             return Outcome(error="the runner process died before the candidate was sent")
         ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
@@ -148,15 +168,30 @@ class _Worker:
         kind, payload = reply
         if kind == "error":
             return Outcome(error=payload)
-        outputs, seconds = payload
-        return Outcome(outputs=outputs, seconds=seconds)
+        outputs, seconds, arrays = payload
+        return Outcome(outputs=outputs, seconds=seconds, arrays=arrays)
 
-    def close(self) -> None:
+    def finish(self, timeout_s: float) -> int | None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # the worker's loop ends: a normal exit
+        try:
+            status = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            status = None
+        self.close()
+        return status
+
+    def close(self, grace_s: float = 0.0) -> None:
+        if grace_s > 0:
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
-            if pipe is not None:
+            if pipe is not None and not pipe.closed:
                 pipe.close()
 
 
@@ -184,22 +219,25 @@ def _receive(pipe: BinaryIO) -> Any:
     return pickle.loads(data) if len(data) == size else None
 
 
-def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int
-             ) -> tuple[tuple[tuple[str, ...], ...], float | None]:
-    """(In the worker.) The outputs and the time of one candidate."""
+def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int, cold_l2: bool,
+             keep_arrays: bool) -> tuple[Any, float | None, Any]:
+    """(In the worker.) The outputs' digests, the time and the written arrays (None
+    unless kept) of one candidate."""
     program = candidate.program
     kernel = compiled_kernel(program) if candidate.ptx is None else \
         ptx_variant(program, candidate.ptx)
     written = [i for i, p in enumerate(program.params)
                if isinstance(p, Pointer) and not p.type.readonly]
-    outputs, seconds = [], None
+    outputs, seconds, arrays = [], None, []
     for k, args in enumerate(inputs):
-        run = run_on_gpu(program, args, repeat=repeat if k == 0 else 0, kernel=kernel)
+        run = run_on_gpu(program, args, repeat=repeat if k == 0 else 0, kernel=kernel,
+                         cold_l2=cold_l2)
         outputs.append(tuple(hashlib.sha256(run.outputs[i].tobytes()).hexdigest()
                              for i in written))
+        arrays.append(tuple(run.outputs[i] for i in written))
         if k == 0 and run.time is not None:
             seconds = run.time.median_s
-    return tuple(outputs), seconds
+    return tuple(outputs), seconds, tuple(arrays) if keep_arrays else None
 
 
 def _serve() -> None:
@@ -219,9 +257,9 @@ def _serve() -> None:
             held = _kept(list(inputs), name)
             inputs = {n: sets if n == name else inputs[n] for n in held}
             continue
-        candidate, repeat = payload
+        candidate, how = payload
         try:
-            _send(replies, ("ok", _run_one(candidate, inputs[candidate.inputs], repeat)))
+            _send(replies, ("ok", _run_one(candidate, inputs[candidate.inputs], *how)))
         except Exception as err:  # noqa: BLE001 (every failure makes the candidate invalid)
             _send(replies, ("error", f"{type(err).__name__}: {err}"))
             return

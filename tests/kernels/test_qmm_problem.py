@@ -45,3 +45,28 @@ def test_dequant_schedules_are_two_launches():
     s = sch.Schedule(bm=256, bk=64, num_warps=8, stages=4, lead=2, wgmma=True, dequant=True)
     with pytest.raises(ValueError, match="two kernels"):
         qmm_problem(s, "int4", 4096, 4096, 4096)
+
+
+@pytest.mark.parametrize("i", [0, 3])  # a timed-shape set, and a small ragged one
+def test_sample_outputs_of_the_interpreter_pass_the_bound_and_a_wrong_one_fails(i):
+    """The final check's reference (float64 within an order-independent bound) against
+    the interpreter's exact run; one output off by 1 (about what dropping a quarter of
+    its products does here) must fail it."""
+    from tilevm.kernels.qmm_problem import QmmProblem
+
+    s = sch.default_schedule(16, 256, 512, 128, hopper=False, bits=4)
+    problem = QmmProblem("int3", 16, 256, 512)
+    args = problem.sample_inputs(s, i)
+    assert np.isfinite(args[0]).all()
+    run = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    interpreter.run(problem.program(s), run)
+    y = run[4]
+    count, failure = problem.check_outputs(args, (y,))
+    assert failure is None and count == y.size == args[-3] * args[-2]
+    again = problem.sample_inputs(s, i)  # deterministic per index
+    assert all(np.array_equal(a, b) for a, b in zip(args[:2], again[:2]))
+    wrong = y.copy()
+    wrong[1, 2] += np.float16(1.0)
+    problem.sample_inputs(s, i)  # (the check consumes the record of its weights)
+    count, failure = problem.check_outputs(again if i % 4 == 3 else args, (wrong,))
+    assert failure is not None and "y[1, 2]" in failure

@@ -74,3 +74,82 @@ def test_a_dequant_start_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="is not a point of this schedule space"):
         qmm_search.search_schedule("int4", 4096, 4096, 4096, start=start, steps=1, seed=0,
                                    hopper=True)
+
+
+class TimedFakeRunner(FakeRunner):
+    """FakeRunner, with a PTX variant twice as fast as its compiled kernel."""
+
+    def run(self, candidate):
+        outcome = super().run(candidate)
+        if candidate.ptx is not None and outcome.valid:
+            return Outcome(outputs=outcome.outputs, seconds=outcome.seconds / 2)
+        return outcome
+
+
+@pytest.mark.parametrize("samples_fail_with_the_order", [False, True])
+def test_tune_problem_keeps_what_beats_the_start_and_undoes_what_fails_a_check(
+        monkeypatch, samples_fail_with_the_order):
+    from tilevm.tune.order_search import OrderSearch
+    from tilevm.tune.verify import SampleCheck, Sanitized
+
+    monkeypatch.setattr(qmm_search, "Runner", TimedFakeRunner)
+    orders, checked, sanitized = [], [], []
+
+    def search_order(program, inputs, **kwargs):
+        orders.append((program, kwargs["min_gain"]))
+        return OrderSearch("FAKE PTX", 1.0, 2.0, None, 1, 0, 0)
+
+    def check_samples(winner, make_inputs, *, reference, compare, samples, timeout_s):
+        checked.append((winner.ptx, reference))
+        args = make_inputs(0)
+        assert len(args) == len(winner.program.params)
+        fails = samples_fail_with_the_order and winner.ptx is not None
+        return SampleCheck(samples, 1, ("differs",) if fails else ())
+
+    def sanitize(winner, inputs, tool):
+        sanitized.append(tool)
+        return Sanitized(tool, True, None, 0, "")
+
+    monkeypatch.setattr(qmm_search, "search_order", search_order)
+    monkeypatch.setattr(qmm_search, "check_samples", check_samples)
+    monkeypatch.setattr(qmm_search, "sanitize", sanitize)
+    M, N, K = 16, 256, 1024
+    start = candidates(M, N, K, 128, hopper=False, bits=4)[0]
+    tuned = qmm_search.tune_problem("int4", M, N, K, start=start, hopper=False,
+                                    level1_steps=20, samples=1000)
+    assert tuned.spread == 0 and orders[0][1] == 0  # the fake times do not vary
+    if tuned.level1.best_s < tuned.level1.start_s:
+        assert tuned.schedule == tuned.level1.best
+    times = tuned.times_s
+    assert times["level 2"] <= times["level 1"] <= times["start"]
+    if samples_fail_with_the_order:
+        assert tuned.ptx is None and tuned.undone == ("level 2",)
+        assert checked == [("FAKE PTX", checked[0][1]), (None, None)]
+        assert times["level 2"] == times["level 1"]
+    else:
+        assert tuned.ptx == "FAKE PTX" and tuned.undone == ()
+        assert times["level 2"] == pytest.approx(times["level 1"] / 2)
+        assert checked[0][1] is not None and checked[0][1].ptx is None  # vs compiled order
+    assert sanitized == ["memcheck", "racecheck"]
+    assert tuned.samples is not None and tuned.samples.passed
+
+
+@pytest.mark.gpu
+def test_gpu_tune_problem_on_a_small_problem():
+    """Both levels and the final checks on the device, briefly: the checks pass on the
+    kept kernel, and it is never slower head to head than the start."""
+    from tilevm.backend.launch import current_arch
+    from tilevm.kernels.schedule import default_schedule
+
+    hopper = current_arch() == "sm_90a"
+    M, N, K = 16, 512, 1024
+    start = default_schedule(M, N, K, 128, hopper=hopper, bits=4)
+    tuned = qmm_search.tune_problem("int4", M, N, K, start=start, hopper=hopper,
+                                    level1_steps=6, level2_steps=6, samples=200_000,
+                                    budget_s=60)
+    assert tuned.samples is not None and tuned.samples.passed
+    assert tuned.samples.samples >= 200_000
+    assert [s.tool for s in tuned.sanitizers] == ["memcheck", "racecheck"]
+    assert all(s.clean for s in tuned.sanitizers), [s.report for s in tuned.sanitizers]
+    assert tuned.undone == ()
+    assert tuned.times_s["level 2"] <= tuned.times_s["start"]
