@@ -89,8 +89,8 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
                   samples: int = SAMPLES, batch: int = 8,
                   timeout_s: float = 300.0) -> SampleCheck:
     """Run `candidate` on input sets from `make_inputs` until `samples` output values are
-    compared (module docstring); the candidates' `inputs` names are replaced by the
-    check's own sets."""
+    compared (module docstring), at most `batch` sets per run; the candidates' `inputs`
+    names are replaced by the check's own sets."""
     if reference is None and compare is None:
         raise ValueError("check_samples needs a reference candidate, a compare, or both")
     if samples < 1 or batch < 1:
@@ -98,12 +98,15 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
     compared, sets, failures = 0, 0, []
     with Runner([], repeat=0, timeout_s=timeout_s, keep_arrays=compare is not None) as runner:
         while compared < samples and len(failures) < KEPT_FAILURES:
-            inputs = [list(make_inputs(sets + k)) for k in range(batch)]
+            # one set first; then as many as the values per set so far say are left
+            count = 1 if sets == 0 else \
+                min(batch, -(-(samples - compared) * sets // max(compared, 1)))
+            inputs = [list(make_inputs(sets + k)) for k in range(count)]
             name = f"samples{sets}"
             runner.add_inputs(name, inputs)
             outcome = runner.run(_on(candidate, name))
             if not outcome.valid:
-                failures.append(f"input sets {sets}-{sets + batch - 1}: {outcome.error}")
+                failures.append(f"input sets {sets}-{sets + count - 1}: {outcome.error}")
                 break
             if reference is not None:
                 expected = runner.run(_on(reference, name))
@@ -118,13 +121,13 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
             for k, args in enumerate(inputs):
                 if compare is not None:
                     assert outcome.arrays is not None
-                    count, failure = compare(args, outcome.arrays[k])
+                    values, failure = compare(args, outcome.arrays[k])
                     if failure is not None:
                         failures.append(f"input set {sets + k}: {failure}")
                 else:
-                    count = _written_values(candidate.program, args)
-                compared += count
-            sets += batch
+                    values = _written_values(candidate.program, args)
+                compared += values
+            sets += count
             del runner.inputs[name]
     return SampleCheck(compared, sets, tuple(failures[:KEPT_FAILURES]))
 

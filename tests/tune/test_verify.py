@@ -32,6 +32,54 @@ def test_check_samples_needs_something_to_compare_with():
                       samples=0)
 
 
+class ArrayRunner:
+    """The runner's interface without a GPU: each candidate's output is its input sum,
+    plus one where its PTX says "wrong"; every run is logged."""
+
+    runs: list = []
+
+    def __init__(self, inputs, *, repeat, timeout_s, keep_arrays):
+        self.inputs = {"": inputs}
+        self.keep_arrays = keep_arrays
+
+    def add_inputs(self, name, inputs):
+        self.inputs[name] = inputs
+
+    def run(self, candidate):
+        from tilevm.tune.runner import Outcome
+
+        ArrayRunner.runs.append((candidate.ptx, len(self.inputs[candidate.inputs])))
+        outs = [(np.asarray(a[0]) + np.asarray(a[1]) + (candidate.ptx == "wrong"))
+                .astype(np.float32) for a in self.inputs[candidate.inputs]]
+        return Outcome(outputs=tuple((o.tobytes().hex()[:16],) for o in outs), seconds=None,
+                       arrays=tuple((o,) for o in outs) if self.keep_arrays else None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+@pytest.mark.parametrize("with_compare", [False, True])
+def test_check_samples_runs_just_enough_sets_and_reports_failures(monkeypatch, with_compare):
+    monkeypatch.setattr(verify, "Runner", ArrayRunner)
+    ArrayRunner.runs = []
+    program = vector_add.vector_add.specialize()
+    compare = sum_check if with_compare else None
+    report = check_samples(Candidate(program, "right"), sum_inputs,
+                           reference=Candidate(program), compare=compare,
+                           samples=100_000, batch=4)
+    assert report.passed and report.input_sets == 25  # ceil(100000 / 4099)
+    assert report.samples == 25 * 4099
+    winner_runs = [sets for ptx, sets in ArrayRunner.runs if ptx == "right"]
+    assert winner_runs == [1] + [4] * 6  # one set first, then batches
+    report = check_samples(Candidate(program, "wrong"), sum_inputs,
+                           reference=Candidate(program), compare=compare, samples=100_000)
+    assert not report.passed and len(report.failures) == verify.KEPT_FAILURES
+    assert "differ bitwise from the reference" in report.failures[0]
+
+
 def test_an_unknown_sanitizer_tool_is_refused():
     program = vector_add.vector_add.specialize()
     with pytest.raises(ValueError, match="unknown sanitizer tool 'memchek'"):
@@ -79,7 +127,7 @@ def test_gpu_samples_pass_for_a_reordering_and_fail_without_a_raw_edge():
     report = check_samples(reordered, sum_inputs, reference=Candidate(program),
                            compare=sum_check, samples=100_000, batch=4)
     assert report.passed and report.samples >= 100_000
-    assert report.input_sets == -(-100_000 // 4099 // 4) * 4
+    assert report.input_sets == -(-100_000 // 4099)  # one set, then as many as needed
     run = max(order.runs, key=lambda r: len(r.instructions))
     a, b = next((a, b) for a, b in sorted(run.edges)
                 if run.instructions[a].defines & run.instructions[b].reads)
