@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "SUPPORTED_ARCHS", "KernelResources", "ResourceReport", "PTXError", "PtxasNotFoundError",
-    "check_ptx", "find_ptxas", "ptxas_version", "parse_report", "annotate_log",
+    "check_ptx", "assemble", "find_ptxas", "find_cuda_tool", "CudaToolNotFoundError",
+    "ptxas_version", "parse_report", "annotate_log",
 ]
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
@@ -140,7 +141,7 @@ class ResourceReport:
 
 # ---- finding ptxas ------------------------------------------------------------------------
 
-def _wheel_candidates() -> list[str]:
+def _wheel_candidates(exe: str = _EXE) -> list[str]:
     found: list[str] = []
     roots: list[str] = []
     for entry in sys.path:
@@ -163,7 +164,7 @@ def _wheel_candidates() -> list[str]:
         # newest CUDA first: cu13 before cuda_nvcc (CUDA 12), then anything else
         patterns = ("cu13/bin", "cu1[4-9]/bin", "cuda_nvcc/bin", "*/bin")
         for pattern in patterns:
-            for path in sorted(glob.glob(os.path.join(root, pattern, _EXE)), reverse=True):
+            for path in sorted(glob.glob(os.path.join(root, pattern, exe)), reverse=True):
                 if path not in found:
                     found.append(path)
     return found
@@ -198,6 +199,32 @@ def find_ptxas() -> str:
         "toolkit's bin/), or `pip install nvidia-cuda-nvcc` (the wheel ships ptxas)")
 
 
+class CudaToolNotFoundError(FileNotFoundError):
+    """A CUDA toolkit program other than ptxas was not found."""
+
+
+def find_cuda_tool(name: str) -> str:
+    """Another program of the CUDA toolkit (`nvdisasm`, `compute-sanitizer`): on `PATH`;
+    else beside the ptxas `find_ptxas` picks, or in that toolkit's `name/` folder (where
+    compute-sanitizer lives); else in an `nvidia-*` wheel's bin/. Not found:
+    `CudaToolNotFoundError`, saying where it was looked for."""
+    on_path = shutil.which(name)
+    if on_path:
+        return on_path
+    places = []
+    try:
+        bin_dir = os.path.dirname(find_ptxas())
+        places += [os.path.join(bin_dir, name), os.path.join(bin_dir, "..", name, name)]
+    except PtxasNotFoundError:
+        pass
+    for path in [*places, *_wheel_candidates(name)]:
+        if _is_executable(path):
+            return os.path.normpath(path)
+    raise CudaToolNotFoundError(
+        f"{name} was not found on PATH, beside ptxas or in an nvidia wheel: put a CUDA "
+        f"toolkit's bin/ on PATH")
+
+
 @functools.lru_cache(maxsize=8)
 def _version_of(path: str) -> str:
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
@@ -229,15 +256,29 @@ def check_ptx(ptx: str, arch: str = "sm_80", *, max_registers: int | None = None
     the text, `PtxasNotFoundError` if there is no ptxas, `ValueError` for an
     unsupported architecture.
     """
+    log, _, exe = _assemble(ptx, arch, max_registers, options, ptxas, timeout)
+    return parse_report(log, arch, exe)
+
+
+def assemble(ptx: str, arch: str = "sm_80", *, ptxas: str | None = None,
+             timeout: float = 600.0) -> bytes:
+    """The cubin (ELF) ptxas makes of `ptx` for `arch`; errors as `check_ptx`'s."""
+    return _assemble(ptx, arch, None, (), ptxas, timeout)[1]
+
+
+def _assemble(ptx: str, arch: str, max_registers: int | None, options: Sequence[str],
+              ptxas: str | None, timeout: float) -> tuple[str, bytes, str]:
+    """(ptxas' log, the cubin, the ptxas that ran) of `ptx` for `arch`."""
     _check_arch(arch)
     if not isinstance(ptx, str):
-        raise TypeError(f"check_ptx takes PTX text (str), not {type(ptx).__name__}")
+        raise TypeError(f"ptxas takes PTX text (str), not {type(ptx).__name__}")
     exe = ptxas or find_ptxas()
     with tempfile.TemporaryDirectory(prefix="tilevm-ptxas-") as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w", encoding="utf-8") as f:
             f.write(ptx)
-        cmd = [exe, "-v", "--gpu-name", arch, "-o", os.path.join(tmp, "kernel.cubin")]
+        out = os.path.join(tmp, "kernel.cubin")
+        cmd = [exe, "-v", "--gpu-name", arch, "-o", out]
         if max_registers is not None:
             cmd += ["--maxrregcount", str(int(max_registers))]
         cmd += [*options, src]
@@ -246,9 +287,11 @@ def check_ptx(ptx: str, arch: str = "sm_80", *, max_registers: int | None = None
         except OSError as exc:
             raise PtxasNotFoundError(f"could not run ptxas at {exe!r}: {exc}") from exc
         log = (proc.stdout + proc.stderr).replace(src, "<ptx>")
-    if proc.returncode != 0:
-        raise _ptx_error(log, ptx, arch, proc.returncode)
-    return parse_report(log, arch, exe)
+        if proc.returncode != 0:
+            raise _ptx_error(log, ptx, arch, proc.returncode)
+        with open(out, "rb") as f:
+            cubin = f.read()
+    return log, cubin, exe
 
 
 _LINE_RE = re.compile(r"line (\d+);")

@@ -15,24 +15,26 @@ between them: each is one of the library's kernels, whose correctness its tests 
 against float64.
 
     tuned = tune_problem("int4", M=16, N=4096, K=4096, start=best, hopper=True)
-    tuned.schedule, tuned.ptx, tuned.times_s, tuned.samples, tuned.sanitizers
+    tuned.kernel, tuned.times_s, tuned.samples, tuned.sanitizers
 
-`tune_problem` runs, within `budget_s` for the searches:
+`tune_problem` runs, within `budget_s` for the searches (`LEVEL_SHARES` of it each):
 
 1. the start timed `SPREAD_RUNS` times: its spread (max / min - 1); a new best must beat
-   the incumbent by more than twice it (`min_gain`), here and in the head-to-heads;
-2. level 1 from the start (`LEVEL1_SHARE` of the budget); its winner and the start
-   timed head to head (`ROUNDS` alternating rounds): the winner kept only if faster by
-   more than `min_gain`;
-3. level 2 (`tune.order_search`, `LEVEL2_SHARE`) on the kept schedule's PTX, behind the
-   bit-exact gate on `QmmProblem`'s gate set; the start, the kept schedule and it with
-   level 2's order timed head to head: each kept only if faster than the one before it
-   by more than `min_gain` (so the result is never slower than the start there);
-4. the final checks (`tune.verify`): the kept kernel on 10^7 output values of fresh
+   the incumbent by more than twice it (`min_gain`), in the searches and in the
+   head-to-heads (`ROUNDS` alternating rounds);
+2. level 1 from the start; its winner kept if it beats the start head to head;
+3. level 2 (`tune.order_search`) on the kept schedule's PTX, behind the bit-exact gate
+   on `QmmProblem`'s gate set; its order kept if it beats the kept kernel head to head;
+4. with `level3_steps`, level 3 (`tune.control_search`, sm_90) on the kept kernel's
+   machine code, kept the same way;
+5. the final checks (`tune.verify`): the kept kernel on 10^7 output values of fresh
    inputs (`QmmProblem.sample_inputs`) against float64 within the bound of
-   `QmmProblem.check_outputs`, and bitwise against the compiled order where the order
-   moved; then compute-sanitizer's memcheck and racecheck on the gate set. A level whose
-   result fails a check is undone (the order first, then the schedule).
+   `QmmProblem.check_outputs`, and bitwise against the compiled kernel where the order
+   or the machine code moved; then compute-sanitizer's memcheck and racecheck on the
+   gate set. A kernel that fails a check is undone, latest level first;
+6. the kernels kept after each level timed head to head once more (`times_s`, what each
+   level contributed); should the kept kernel not beat the start there, the start is
+   kept: the result is never slower than the start in that final head-to-head.
 """
 
 from __future__ import annotations
@@ -40,23 +42,24 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilevm.dtypes import DataType
-from tilevm.ir.stmt import Program
 from tilevm.kernels.qmm_problem import QmmProblem
 from tilevm.kernels.schedule import Schedule, schedule_point, schedule_space
 from tilevm.tune.anneal import AnnealResult, anneal_measured
+from tilevm.tune.control_search import ControlSearch, search_controls
 from tilevm.tune.order_search import OrderSearch, search_order
 from tilevm.tune.runner import Candidate, Runner
 from tilevm.tune.verify import SAMPLES, SampleCheck, Sanitized, check_samples, sanitize
 
-__all__ = ["ScheduleSearch", "search_schedule", "Tuned", "tune_problem"]
+__all__ = ["ScheduleSearch", "search_schedule", "TunedKernel", "Tuned", "tune_problem"]
 
 SPREAD_RUNS = 3
 ROUNDS = 5
-LEVEL1_SHARE = 0.45  # of the budget: level 1's search
-LEVEL2_SHARE = 0.35  # level 2's (the rest is the timing around them)
+# the budget's shares of the searches of levels 1, 2 (and 3); the rest is the timing
+# around them. Indexed by whether level 3 runs.
+LEVEL_SHARES = {False: (0.45, 0.35, 0.0), True: (0.3, 0.25, 0.25)}
 
 
 @dataclass(frozen=True)
@@ -104,130 +107,149 @@ def search_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sc
 
 
 @dataclass(frozen=True)
+class TunedKernel:
+    """A kernel of the search: its schedule, and the PTX order (level 2) and edited
+    machine code (level 3) it runs with (None: the compiled ones)."""
+
+    schedule: Schedule
+    ptx: str | None = None
+    cubin: bytes | None = None
+
+
+@dataclass(frozen=True)
 class Tuned:
-    """What `tune_problem` kept: the schedule (the start where level 1 found nothing
-    better), the order of its PTX (None: the compiled order), the head-to-head medians
-    in seconds ("start", "level 1" and "level 2", each the kept result up to that
-    level), the start's spread, each level's search, the final checks (None where they
-    were not run) and the wall time."""
+    """What `tune_problem` kept (`kernel`, from `start`); `after`: the kernel kept after
+    each level ("start", "level 1", ...), `times_s` their medians in seconds in the
+    final head-to-head; the start's spread; each level's search (None: not run); the
+    final checks (None where not run); the levels undone; the wall time."""
 
     start: Schedule
-    schedule: Schedule
-    ptx: str | None
+    kernel: TunedKernel
+    after: dict[str, TunedKernel]
     times_s: dict[str, float]
     spread: float
     level1: ScheduleSearch
     level2: OrderSearch
+    level3: ControlSearch | None
     samples: SampleCheck | None
     sanitizers: tuple[Sanitized, ...]
     undone: tuple[str, ...]
     wall_s: float
 
     @property
+    def schedule(self) -> Schedule:
+        return self.kernel.schedule
+
+    @property
     def speedup(self) -> float:
-        return self.times_s["start"] / self.times_s["level 2"]
+        """The start's time over the kept kernel's, in the final head-to-head."""
+        kept = next(level for level, k in reversed(self.after.items()) if k == self.kernel)
+        return self.times_s["start"] / self.times_s[kept]
 
 
 def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Schedule,
                  hopper: bool, seed: int = 1, budget_s: float = 600.0,
-                 level1_steps: int = 60, level2_steps: int = 150, group_size: int = 128,
-                 repeat: int = 20, samples: int = SAMPLES, verify: bool = True,
-                 timeout_s: float = 120.0) -> Tuned:
-    """Levels 1 and 2 from `start`, and the final checks (module docstring)."""
+                 level1_steps: int = 60, level2_steps: int = 150, level3_steps: int = 0,
+                 group_size: int = 128, repeat: int = 20, samples: int = SAMPLES,
+                 verify: bool = True, timeout_s: float = 120.0) -> Tuned:
+    """Levels 1, 2 and (with `level3_steps`) 3 from `start`, and the final checks
+    (module docstring)."""
     began = time.monotonic()
     problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
-    start_program = problem.program(start)
+    shares = LEVEL_SHARES[level3_steps > 0]
+    first = TunedKernel(start)
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
-        runs = [_timed(runner, problem, start, start_program) for _ in range(SPREAD_RUNS)]
+        runs = [_timed(runner, problem, first) for _ in range(SPREAD_RUNS)]
     spread = max(runs) / min(runs) - 1
     min_gain = 2 * spread
 
+    def better(kept: TunedKernel, candidate: TunedKernel) -> TunedKernel:
+        if candidate == kept:
+            return kept
+        old, new = _head_to_head(problem, [kept, candidate], repeat, timeout_s)
+        return candidate if new < old * (1 - min_gain) else kept
+
+    after = {"start": first}
     level1 = search_schedule(wdtype, M, N, K, start=start, steps=level1_steps, seed=seed,
                              hopper=hopper, group_size=group_size, repeat=repeat,
-                             timeout_s=timeout_s, budget_s=LEVEL1_SHARE * budget_s,
+                             timeout_s=timeout_s, budget_s=shares[0] * budget_s,
                              min_gain=min_gain)
-    schedule = start
-    if level1.best != start:
-        found = _head_to_head(problem, [(start, start_program, None),
-                                        (level1.best, problem.program(level1.best), None)],
-                              repeat, timeout_s)
-        if found[1] < found[0] * (1 - min_gain):
-            schedule = level1.best
-    program = problem.program(schedule)
-    level2 = search_order(program, problem.inputs(schedule), steps=level2_steps, seed=seed,
-                          repeat=repeat, timeout_s=timeout_s,
-                          budget_s=LEVEL2_SHARE * budget_s, min_gain=min_gain)
-    final = _head_to_head(problem, [(start, start_program, None), (schedule, program, None),
-                                    (schedule, program, level2.ptx)], repeat, timeout_s)
-    kept = 0  # the start, the schedule in its compiled order, or with level 2's order
-    for k in (1, 2):
-        if final[k] < final[kept] * (1 - min_gain):
-            kept = k
-    if kept == 0:
-        schedule = start
-    ptx = level2.ptx if kept == 2 else None
-    times = {"start": final[0], "level 1": final[1] if kept else final[0],
-             "level 2": final[kept]}
+    kept = after["level 1"] = better(first, TunedKernel(level1.best))
+    program, inputs = problem.program(kept.schedule), problem.inputs(kept.schedule)
+    level2 = search_order(program, inputs, steps=level2_steps, seed=seed, repeat=repeat,
+                          timeout_s=timeout_s, budget_s=shares[1] * budget_s,
+                          min_gain=min_gain)
+    kept = after["level 2"] = better(kept, replace(kept, ptx=level2.ptx))
+    level3 = None
+    if level3_steps:
+        level3 = search_controls(program, inputs, ptx=kept.ptx, steps=level3_steps,
+                                 seed=seed, repeat=repeat, timeout_s=timeout_s,
+                                 budget_s=shares[2] * budget_s, min_gain=min_gain)
+        kept = after["level 3"] = better(kept, replace(kept, cubin=level3.cubin))
 
-    checks, sanitized, undone = None, (), ()
+    checks, sanitized, undone = None, (), []
     if verify:
-        schedule, ptx, checks, sanitized, undone = _verified(problem, start, schedule, ptx,
-                                                             samples, timeout_s)
-        if "level 2" in undone:
-            times["level 2"] = times["level 1"]
-        if "level 1" in undone:
-            times["level 1"] = times["level 2"] = times["start"]
-    return Tuned(start, schedule, ptx, times, spread, level1, level2, checks, sanitized,
-                 undone, time.monotonic() - began)
+        kept, checks, sanitized, undone = _verified(problem, after, samples, timeout_s)
+    distinct = list(dict.fromkeys(after.values()))
+    final = dict(zip(distinct, _head_to_head(problem, distinct, repeat, timeout_s)))
+    if final[kept] > final[first]:  # a keep that did not hold up: never slower
+        kept = first
+        undone.append("slower than the start in the final head-to-head")
+    times = {level: final[k] for level, k in after.items()}
+    return Tuned(start, kept, after, times, spread, level1, level2, level3, checks,
+                 sanitized, tuple(undone), time.monotonic() - began)
 
 
-def _timed(runner: Runner, problem: QmmProblem, s: Schedule, program: Program,
-           ptx: str | None = None) -> float:
-    name = problem.inputs_name(s)
+def _timed(runner: Runner, problem: QmmProblem, kernel: TunedKernel) -> float:
+    name = problem.inputs_name(kernel.schedule)
     if name not in runner.inputs:
-        runner.add_inputs(name, problem.inputs(s)[:1])
-    outcome = runner.run(Candidate(program, ptx, name))
+        runner.add_inputs(name, problem.inputs(kernel.schedule)[:1])
+    outcome = runner.run(_candidate(problem, kernel, name))
     if not outcome.valid or outcome.seconds is None:
-        raise RuntimeError(f"{s} failed to run: {outcome.error}")
+        raise RuntimeError(f"{kernel.schedule} failed to run: {outcome.error}")
     return outcome.seconds
 
 
-def _head_to_head(problem: QmmProblem,
-                  kernels: Sequence[tuple[Schedule, Program, str | None]], repeat: int,
+def _candidate(problem: QmmProblem, kernel: TunedKernel, inputs: str = "") -> Candidate:
+    return Candidate(problem.program(kernel.schedule), kernel.ptx, inputs, kernel.cubin)
+
+
+def _head_to_head(problem: QmmProblem, kernels: Sequence[TunedKernel], repeat: int,
                   timeout_s: float) -> list[float]:
     """Each kernel's median time over `ROUNDS` rounds, one run of each per round (a
     drift of the clocks weighs on all alike)."""
     times: list[list[float]] = [[] for _ in kernels]
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
         for _ in range(ROUNDS):
-            for k, (s, program, ptx) in enumerate(kernels):
-                times[k].append(_timed(runner, problem, s, program, ptx))
+            for k, kernel in enumerate(kernels):
+                times[k].append(_timed(runner, problem, kernel))
     return [statistics.median(t) for t in times]
 
 
-def _verified(problem: QmmProblem, start: Schedule, schedule: Schedule, ptx: str | None,
-              samples: int, timeout_s: float
-              ) -> tuple[Schedule, str | None, SampleCheck, tuple[Sanitized, ...],
-                         tuple[str, ...]]:
-    """The final checks of the kept kernel, undoing the levels whose result fails them
-    (the order first, then the schedule); the start is the grid's and is not undone."""
+def _verified(problem: QmmProblem, after: dict[str, TunedKernel], samples: int,
+              timeout_s: float
+              ) -> tuple[TunedKernel, SampleCheck, tuple[Sanitized, ...], list[str]]:
+    """The final checks of the kept kernel (the last of `after`). A kernel that fails
+    them is undone: the level that made it, and those that kept it, now map to the
+    kernel before it in `after`, which is checked in turn, down to the start (the
+    grid's, never undone). Returns the kernel that passed (or the start), its checks and
+    the levels undone."""
+    levels = list(after)
     undone: list[str] = []
     while True:
-        program = problem.program(schedule)
-        winner = Candidate(program, ptx)
+        kernel = after[levels[-1]]
+        program = problem.program(kernel.schedule)
+        moved = kernel.ptx is not None or kernel.cubin is not None
+        winner = _candidate(problem, kernel)
         checks = check_samples(
-            winner, lambda i, s=schedule: problem.sample_inputs(s, i),
-            reference=Candidate(program) if ptx is not None else None,
+            winner, lambda i, s=kernel.schedule: problem.sample_inputs(s, i),
+            reference=Candidate(program) if moved else None,
             compare=problem.check_outputs, samples=samples, timeout_s=timeout_s)
-        sanitized = tuple(sanitize(winner, problem.inputs(schedule)[1:], tool)
+        sanitized = tuple(sanitize(winner, problem.inputs(kernel.schedule)[1:], tool)
                           for tool in ("memcheck", "racecheck")) if checks.passed else ()
-        if checks.passed and all(s.clean for s in sanitized):
-            return schedule, ptx, checks, sanitized, tuple(undone)
-        if ptx is not None:
-            ptx = None
-            undone.append("level 2")
-        elif schedule != start:
-            schedule = start
-            undone.append("level 1")
-        else:
-            return schedule, ptx, checks, sanitized, tuple(undone)
+        if checks.passed and all(s.clean for s in sanitized) or kernel == after["start"]:
+            return kernel, checks, sanitized, undone
+        made = next(k for k, level in enumerate(levels) if after[level] == kernel)
+        undone.append(levels[made])
+        for level in levels[made:]:
+            after[level] = after[levels[made - 1]]

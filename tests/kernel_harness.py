@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -100,3 +102,17 @@ def vmc(capsys: Any, *args: str) -> tuple[int, str, str]:
         status = stop.code
     out, err = capsys.readouterr()
     return status, out, err
+
+
+def cuda_tools() -> tuple[str, str]:
+    """ptxas and nvdisasm from one folder (one CUDA release): the test extras' wheels
+    (nvidia/cu13/bin), else a toolkit's bin/ on PATH or in /usr/local/cuda."""
+    folders = [Path(entry) / "nvidia" / sub / "bin" for entry in sys.path
+               for sub in ("cu13", "cuda_nvcc")]
+    folders += [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    folders.append(Path("/usr/local/cuda/bin"))
+    for folder in folders:
+        if (folder / "ptxas").is_file() and (folder / "nvdisasm").is_file():
+            return str(folder / "ptxas"), str(folder / "nvdisasm")
+    raise AssertionError("no folder holds both ptxas and nvdisasm (test extras: "
+                         "nvidia-cuda-nvcc, nvidia-cuda-nvdisasm)")

@@ -36,7 +36,7 @@ from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.prebuild import worker_environment
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
-from tilevm.tune.variants import ptx_variant
+from tilevm.tune.variants import machine_code_variant, ptx_variant
 
 __all__ = ["Candidate", "Outcome", "Runner", "run_candidates"]
 
@@ -44,13 +44,14 @@ __all__ = ["Candidate", "Outcome", "Runner", "run_candidates"]
 @dataclass(frozen=True)
 class Candidate:
     """A kernel to run: `program` compiled as usual, or loaded from `ptx` (a variant of
-    its compiled PTX, `tune.variants`), on the runner's input sets named `inputs` (""
-    the runner's own; others registered with `Runner.add_inputs`: schedules of one
-    kernel may take other arguments)."""
+    its compiled PTX, `tune.variants`) or from `cubin` (machine code of it, edited), on
+    the runner's input sets named `inputs` ("" the runner's own; others registered with
+    `Runner.add_inputs`: schedules of one kernel may take other arguments)."""
 
     program: Program
     ptx: str | None = None
     inputs: str = ""
+    cubin: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,12 @@ def _run_one(candidate: Candidate, inputs: list[list[Any]], repeat: int, cold_l2
     """(In the worker.) The outputs' digests, the time and the written arrays (None
     unless kept) of one candidate."""
     program = candidate.program
-    kernel = compiled_kernel(program) if candidate.ptx is None else \
-        ptx_variant(program, candidate.ptx)
+    if candidate.cubin is not None:
+        kernel = machine_code_variant(program, candidate.cubin)
+    elif candidate.ptx is not None:
+        kernel = ptx_variant(program, candidate.ptx)
+    else:
+        kernel = compiled_kernel(program)
     written = [i for i, p in enumerate(program.params)
                if isinstance(p, Pointer) and not p.type.readonly]
     outputs, seconds, arrays = [], None, []

@@ -1,5 +1,7 @@
 """Kernels whose PTX is a variant of what the compiler emitted for a program: a
-reordering (`ptx_order`), loaded from text beside the compiled kernel, never cached.
+reordering (`ptx_order`), loaded from text beside the compiled kernel, never cached; or
+whose machine code is (`machine_code_variant`: a cubin with edited control bits,
+`sass_control`).
 
     ptx = compiled_ptx(program)
     kernel = ptx_variant(program, PtxOrder.parse(ptx).permuted(random.Random(1)))
@@ -19,7 +21,7 @@ from tilevm.backend.cuda.module import load_artifact
 from tilevm.backend.launch import build_artifact, cache_key, current_arch
 from tilevm.ir.stmt import Program
 
-__all__ = ["compiled_ptx", "ptx_variant"]
+__all__ = ["compiled_ptx", "ptx_variant", "machine_code_variant"]
 
 
 def _artifact(program: Program, arch: str | None) -> cache.Artifact:
@@ -36,3 +38,8 @@ def compiled_ptx(program: Program, arch: str | None = None) -> str:
 def ptx_variant(program: Program, ptx: str, arch: str | None = None) -> Kernel:
     """`program`'s kernel loaded from `ptx` in place of the compiled text."""
     return load_artifact(dataclasses.replace(_artifact(program, arch), ptx=ptx))
+
+
+def machine_code_variant(program: Program, cubin: bytes, arch: str | None = None) -> Kernel:
+    """`program`'s kernel loaded from `cubin`, machine code of its PTX (or of a variant)."""
+    return load_artifact(_artifact(program, arch), cubin=cubin)

@@ -21,15 +21,13 @@ child process behind a watchdog) in batches. Each set passes when
 under `compute-sanitizer --tool TOOL`, its log in a file: clean when the candidate ran
 and the sanitizer exited with status 0 (it exits with `SANITIZER_FAILED` on an error
 it found; memcheck also stops the kernel at an invalid access, and the candidate then
-fails: no status, the report says why). The sanitizer is looked for on `PATH`, then
-beside the ptxas the compiler uses (`backend.ptxas.find_ptxas`) and in the toolkit's
-`compute-sanitizer/` folder.
+fails: no status, the report says why). The sanitizer is found as
+`backend.ptxas.find_cuda_tool` finds the toolkit's programs.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import dataclasses
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tilevm.backend.ptxas import PtxasNotFoundError, find_ptxas
+from tilevm.backend.ptxas import CudaToolNotFoundError, find_cuda_tool
 from tilevm.ir.stmt import Program
 from tilevm.ir.types import Pointer
 from tilevm.tune.runner import Candidate, Runner
@@ -133,7 +131,7 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
 
 
 def _on(candidate: Candidate, inputs: str) -> Candidate:
-    return Candidate(candidate.program, candidate.ptx, inputs)
+    return dataclasses.replace(candidate, inputs=inputs)
 
 
 def _written_values(program: Program, args: Sequence[Any]) -> int:
@@ -143,22 +141,12 @@ def _written_values(program: Program, args: Sequence[Any]) -> int:
 
 
 def find_sanitizer() -> str:
-    """The compute-sanitizer executable (module docstring), or `SanitizerNotFoundError`."""
-    on_path = shutil.which("compute-sanitizer")
-    if on_path:
-        return on_path
+    """The compute-sanitizer executable (`backend.ptxas.find_cuda_tool`), or
+    `SanitizerNotFoundError`."""
     try:
-        bin_dir = os.path.dirname(find_ptxas())
-    except PtxasNotFoundError:
-        bin_dir = None
-    if bin_dir is not None:
-        for path in (os.path.join(bin_dir, "compute-sanitizer"),
-                     os.path.join(bin_dir, "..", "compute-sanitizer", "compute-sanitizer")):
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return os.path.normpath(path)
-    raise SanitizerNotFoundError(
-        "compute-sanitizer was not found: put it on PATH (a CUDA toolkit's bin/), or skip "
-        "the sanitizer checks")
+        return find_cuda_tool("compute-sanitizer")
+    except CudaToolNotFoundError as err:
+        raise SanitizerNotFoundError(f"{err}, or skip the sanitizer checks") from None
 
 
 def sanitize(candidate: Candidate, inputs: Sequence[Sequence[Any]], tool: str, *,
@@ -174,7 +162,7 @@ def sanitize(candidate: Candidate, inputs: Sequence[Sequence[Any]], tool: str, *
         runner = Runner(inputs, repeat=0, timeout_s=timeout_s, cold_l2=False,
                         launcher=launcher, grace_s=SANITIZER_GRACE_S)
         try:
-            outcome = runner.run(Candidate(candidate.program, candidate.ptx))
+            outcome = runner.run(dataclasses.replace(candidate, inputs=""))
             status = runner.finish(timeout_s) if outcome.valid else None
         finally:
             runner.close()

@@ -57,14 +57,16 @@ class Module:
             self.handle = None
 
 
-def load_module(ptx: str | bytes) -> Module:
-    """Load PTX text into the current context (`ensure_context`). A rejected module raises
-    `ModuleLoadError` with the JIT compiler's error log (or, where the driver gave none,
-    ptxas' diagnosis of the text for this device)."""
+def load_module(ptx: str | bytes, *, cubin: bytes | None = None) -> Module:
+    """Load PTX text into the current context (`ensure_context`), or, given `cubin`, that
+    machine code in its place (`ptx` is then kept as the module's source, for
+    diagnostics). A rejected module raises `ModuleLoadError` with the JIT compiler's
+    error log (or, where the driver gave none, ptxas' diagnosis of the text for this
+    device)."""
     ctx = driver.ensure_context()
     drv = driver.bindings()
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
-    image = text.encode() + b"\0"
+    image = cubin if cubin is not None else text.encode() + b"\0"
     err_buf = bytearray(_LOG_BYTES)
     info_buf = bytearray(_LOG_BYTES)
     opt = drv.CUjit_option
@@ -79,7 +81,8 @@ def load_module(ptx: str | bytes) -> Module:
         log = _cstr(err_buf)
         shown = annotate_log(log, text)[0] if log else _ptxas_diagnosis(text, ctx)
         name = driver.error_name(drv, err)
-        raise ModuleLoadError(f"the CUDA driver could not load the PTX module: {name}: "
+        what = "machine code (cubin)" if cubin is not None else "PTX module"
+        raise ModuleLoadError(f"the CUDA driver could not load the {what}: {name}: "
                               f"{driver.error_text(drv, err)}" + (f"\n{shown}" if shown else ""),
                               name, log or shown)
     return Module(handle, ctx, text, _cstr(info_buf))
@@ -100,15 +103,16 @@ def _ptxas_diagnosis(ptx: str, ctx: Context) -> str:
     return ""
 
 
-def load_artifact(artifact: Any) -> Kernel:
+def load_artifact(artifact: Any, *, cubin: bytes | None = None) -> Kernel:
     """Load a cached `cache.Artifact` and return its kernel, with its signature (from
-    `artifact.extra["signature"]` if there, else from `artifact.params`)."""
+    `artifact.extra["signature"]` if there, else from `artifact.params`); with `cubin`,
+    from that machine code of its PTX (`load_module`)."""
     sig_json = artifact.extra.get("signature") if artifact.extra else None
     if sig_json is None:
         sig_json = {"name": artifact.kernel_name, "params": list(artifact.params),
                     "num_threads": artifact.num_threads}
     signature = Signature.from_json(sig_json)
-    module = load_module(artifact.ptx)
+    module = load_module(artifact.ptx, cubin=cubin)
     kernel = module.get_function(artifact.kernel_name, signature,
                                  num_threads=artifact.num_threads,
                                  shared_bytes=artifact.shared_bytes)

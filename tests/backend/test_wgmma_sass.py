@@ -11,14 +11,12 @@ this test keeps as the case it must catch. Needs ptxas and nvdisasm (test extras
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from kernel_harness import ROOT, compile_once
+from kernel_harness import ROOT, compile_once, cuda_tools
 
 from tilevm.dtypes import parse
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
@@ -29,22 +27,8 @@ from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
 HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)\S* R(\d+),")
 
 
-def _tools() -> tuple[str, str]:
-    """ptxas and nvdisasm from one folder (one CUDA release): the test extras' wheels
-    (nvidia/cu13/bin), else a toolkit's bin/ on PATH or in /usr/local/cuda."""
-    folders = [Path(entry) / "nvidia" / sub / "bin" for entry in sys.path
-               for sub in ("cu13", "cuda_nvcc")]
-    folders += [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    folders.append(Path("/usr/local/cuda/bin"))
-    for folder in folders:
-        if (folder / "ptxas").is_file() and (folder / "nvdisasm").is_file():
-            return str(folder / "ptxas"), str(folder / "nvdisasm")
-    raise AssertionError("no folder holds both ptxas and nvdisasm (test extras: "
-                         "nvidia-cuda-nvcc, nvidia-cuda-nvdisasm)")
-
-
 def sass(program, tmp_path: Path) -> list[str]:
-    ptxas, nvdisasm = _tools()
+    ptxas, nvdisasm = cuda_tools()
     ptx = tmp_path / "k.ptx"
     ptx.write_text(compile_once(program, "sm_90a").ptx)  # test_wgmma.py has some of them
     cubin = tmp_path / "k.cubin"

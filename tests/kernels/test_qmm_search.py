@@ -119,25 +119,29 @@ def test_tune_problem_keeps_what_beats_the_start_and_undoes_what_fails_a_check(
                                     level1_steps=20, samples=1000)
     assert tuned.spread == 0 and orders[0][1] == 0  # the fake times do not vary
     if tuned.level1.best_s < tuned.level1.start_s:
-        assert tuned.schedule == tuned.level1.best
+        assert tuned.schedule == tuned.level1.best == tuned.after["level 1"].schedule
     times = tuned.times_s
+    assert list(times) == ["start", "level 1", "level 2"] and tuned.level3 is None
     assert times["level 2"] <= times["level 1"] <= times["start"]
     if samples_fail_with_the_order:
-        assert tuned.ptx is None and tuned.undone == ("level 2",)
+        assert tuned.kernel.ptx is None and tuned.undone == ("level 2",)
+        assert tuned.after["level 2"] == tuned.after["level 1"] == tuned.kernel
         assert checked == [("FAKE PTX", checked[0][1]), (None, None)]
         assert times["level 2"] == times["level 1"]
     else:
-        assert tuned.ptx == "FAKE PTX" and tuned.undone == ()
+        assert tuned.kernel.ptx == "FAKE PTX" and tuned.undone == ()
         assert times["level 2"] == pytest.approx(times["level 1"] / 2)
         assert checked[0][1] is not None and checked[0][1].ptx is None  # vs compiled order
+    assert tuned.speedup == times["start"] / times["level 2"]
     assert sanitized == ["memcheck", "racecheck"]
     assert tuned.samples is not None and tuned.samples.passed
 
 
 @pytest.mark.gpu
 def test_gpu_tune_problem_on_a_small_problem():
-    """Both levels and the final checks on the device, briefly: the checks pass on the
-    kept kernel, and it is never slower head to head than the start."""
+    """The levels (the third on Hopper) and the final checks on the device, briefly: the
+    checks pass on the kept kernel, and it is never slower head to head than the
+    start."""
     from tilevm.backend.launch import current_arch
     from tilevm.kernels.schedule import default_schedule
 
@@ -145,11 +149,13 @@ def test_gpu_tune_problem_on_a_small_problem():
     M, N, K = 16, 512, 1024
     start = default_schedule(M, N, K, 128, hopper=hopper, bits=4)
     tuned = qmm_search.tune_problem("int4", M, N, K, start=start, hopper=hopper,
-                                    level1_steps=6, level2_steps=6, samples=200_000,
-                                    budget_s=60)
+                                    level1_steps=6, level2_steps=6,
+                                    level3_steps=6 if hopper else 0, samples=200_000,
+                                    budget_s=90)
     assert tuned.samples is not None and tuned.samples.passed
     assert tuned.samples.samples >= 200_000
     assert [s.tool for s in tuned.sanitizers] == ["memcheck", "racecheck"]
     assert all(s.clean for s in tuned.sanitizers), [s.report for s in tuned.sanitizers]
     assert tuned.undone == ()
-    assert tuned.times_s["level 2"] <= tuned.times_s["start"]
+    kept = [level for level, k in tuned.after.items() if k == tuned.kernel][-1]
+    assert tuned.times_s[kept] <= tuned.times_s["start"]

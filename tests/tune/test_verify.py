@@ -87,16 +87,20 @@ def test_an_unknown_sanitizer_tool_is_refused():
 
 
 def test_the_sanitizer_is_found_on_path_then_beside_ptxas(tmp_path, monkeypatch):
+    from tilevm.backend import ptxas
+
     def executable(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("#!/bin/sh\n")
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
         return str(path)
 
-    ptxas = executable(tmp_path / "cuda" / "bin" / "ptxas")
+    fake_ptxas = executable(tmp_path / "cuda" / "bin" / "ptxas")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(verify, "find_ptxas", lambda: ptxas)
-    with pytest.raises(verify.SanitizerNotFoundError, match="compute-sanitizer was not found"):
+    monkeypatch.setattr(ptxas, "find_ptxas", lambda: fake_ptxas)
+    monkeypatch.setattr(ptxas, "_wheel_candidates", lambda exe: [])
+    with pytest.raises(verify.SanitizerNotFoundError,
+                       match="compute-sanitizer was not found.*skip the sanitizer"):
         find_sanitizer()
     beside = executable(tmp_path / "cuda" / "compute-sanitizer" / "compute-sanitizer")
     assert find_sanitizer() == os.path.normpath(beside)
