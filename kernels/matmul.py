@@ -446,11 +446,17 @@ def is_hopper(device: Any) -> bool:
 
 def tuning_key(x: Any, qw: QuantizedWeight) -> str:
     """The tuning cache's key of this problem (`tune.cache`)."""
+    return problem_key(_gpu_name(x.device.index if x.device.index is not None else 0), qw,
+                       x.shape[0])
+
+
+def problem_key(gpu: str, qw: QuantizedWeight, M: int) -> str:
+    """The tuning cache's key of `qw`'s problem with `M` rows on the GPU named `gpu`
+    (numpy or torch weights alike: `vmc tune --qmm` tunes without torch)."""
     K, N = qw.shape
-    return cache_key(gpu=_gpu_name(x.device.index if x.device.index is not None else 0),
-                     kernel="qmm", version=SPACE_VERSION, wdtype=qw.dtype,
+    return cache_key(gpu=gpu, kernel="qmm", version=SPACE_VERSION, wdtype=qw.dtype,
                      group=qw.group_size, scales=qw.scale_dtype,
-                     zeros=int(qw.zeros is not None), M=m_bucket(x.shape[0]), N=N, K=K)
+                     zeros=int(qw.zeros is not None), M=m_bucket(M), N=N, K=K)
 
 
 def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:

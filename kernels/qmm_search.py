@@ -46,14 +46,15 @@ from dataclasses import dataclass, replace
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm_problem import QmmProblem
-from tilevm.kernels.schedule import Schedule, schedule_point, schedule_space
+from tilevm.kernels.schedule import Schedule, candidates, schedule_point, schedule_space
 from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.control_search import ControlSearch, search_controls
 from tilevm.tune.order_search import OrderSearch, search_order
 from tilevm.tune.runner import Candidate, Runner
 from tilevm.tune.verify import SAMPLES, SampleCheck, Sanitized, check_samples, sanitize
 
-__all__ = ["ScheduleSearch", "search_schedule", "TunedKernel", "Tuned", "tune_problem"]
+__all__ = ["ScheduleSearch", "search_schedule", "TunedKernel", "Tuned", "tune_problem",
+           "grid_schedule"]
 
 SPREAD_RUNS = 3
 ROUNDS = 5
@@ -198,6 +199,23 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
     times = {level: final[k] for level, k in after.items()}
     return Tuned(start, kept, after, times, spread, level1, level2, level3, checks,
                  sanitized, tuple(undone), time.monotonic() - began)
+
+
+def grid_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, hopper: bool,
+                  group_size: int = 128, repeat: int = 20, timeout_s: float = 120.0
+                  ) -> tuple[Schedule, float, int]:
+    """The grid's best schedule of this problem timed in the runner, as the searches
+    time (L2 cold, `ROUNDS` alternating rounds), without torch: (the schedule, its
+    median seconds, how many were timed). The dequantize-then-multiply pairs are left
+    out (two launches, which the runner does not time)."""
+    problem = QmmProblem(wdtype, M, N, K, group_size=group_size)
+    grid = [TunedKernel(s) for s in candidates(M, N, K, group_size, hopper=hopper,
+                                               bits=problem.wdtype.bits) if not s.dequant]
+    if not grid:
+        raise ValueError(f"no single-launch schedule fits M={M} N={N} K={K}")
+    times = _head_to_head(problem, grid, repeat, timeout_s)
+    best = min(range(len(grid)), key=times.__getitem__)
+    return grid[best].schedule, times[best], len(grid)
 
 
 def _timed(runner: Runner, problem: QmmProblem, kernel: TunedKernel) -> float:
