@@ -66,24 +66,24 @@ def stand_ins(monkeypatch, tmp_path, passes):
 
 def test_the_kept_schedule_is_stored_under_the_librarys_key(monkeypatch, tmp_path, capsys):
     grid, found, calls = stand_ins(monkeypatch, tmp_path, passes=True)
-    assert main(["tune", "--qmm", "int4", "--shape", "16,12288,4096", "--seed", "3",
+    assert main(["tune", "--qmm", "int4", "--shape", "16,384,512", "--seed", "3",
                  "--level3", "5"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
-    weights = quantize(np.ones((4096, 12288), np.float16), "int4", 128)
+    weights = quantize(np.ones((512, 384), np.float16), "int4", 128)
     key = problem_key(Device.name, weights, 16)  # as kernels.matmul.tuning_key makes it
     assert report["key"] == key and cache.lookup(key)["schedule"] == report["schedule"]
     assert Schedule(**report["schedule"]) == found and report["us"] == 20.8
     assert Schedule(**report["search"]["grid"]) == grid
     assert report["speedup"] == pytest.approx(22.4 / 20.8)
-    assert calls["start"] == grid and calls["shape"] == ("int4", 16, 12288, 4096)
+    assert calls["start"] == grid and calls["shape"] == ("int4", 16, 384, 512)
     assert calls["seed"] == 3 and calls["level3_steps"] == 5 and calls["verify"]
     assert "after level 1: 20.80 us" in err and "stored in" in err
 
 
 def test_a_kernel_that_fails_its_checks_is_not_stored(monkeypatch, tmp_path, capsys):
     stand_ins(monkeypatch, tmp_path, passes=False)
-    assert main(["tune", "--qmm", "int4", "--shape", "16,12288,4096"]) == 0
+    assert main(["tune", "--qmm", "int4", "--shape", "16,384,512"]) == 0
     err = capsys.readouterr().err
     assert "FAILED: outside the bound" in err and "not stored" in err
     assert cache.read_table() == {}
