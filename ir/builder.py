@@ -181,6 +181,14 @@ class Builder:
                                 value=as_expr(value), loc=self.loc))
         return out
 
+    def tile_post(self, sem: Tensor, offsets: Sequence[ExprLike], value: ExprLike) -> None:
+        self.emit(ins.TilePost(sem=sem, offsets=_exprs(offsets), value=as_expr(value),
+                               loc=self.loc))
+
+    def tile_wait(self, sem: Tensor, offsets: Sequence[ExprLike], expected: ExprLike) -> None:
+        self.emit(ins.TileWait(sem=sem, offsets=_exprs(offsets), expected=as_expr(expected),
+                               loc=self.loc))
+
     def alloc_shared(self, dtype: DataType | str, shape: Sequence[int], layout: Any = None,
                      name: str = "s") -> Tensor:
         out = self.tensor(MemorySpace.SHARED, dtype, shape, layout, name)

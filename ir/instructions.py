@@ -143,6 +143,37 @@ class AtomicAdd(Instruction):
     value: Expr
 
 
+@dataclass(frozen=True, kw_only=True)
+class TilePost(Instruction):
+    """Once for the whole block, after every thread of it got here: `sem[offsets] +=
+    value` (an int32 semaphore in global memory, the sum wrapping around) with release
+    semantics: every global write the block made before it is visible to a block whose
+    `tile_wait` on that element returns because of it, in this kernel or another one
+    running at the same time (tile-level synchronization of dependent kernels,
+    docs/tile-sync.md). The offsets must lie inside `sem`."""
+
+    opname: ClassVar[str] = "tile_post"
+    sem: Tensor
+    offsets: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileWait(Instruction):
+    """Block the whole block until the semaphore `sem[offsets]` has reached `expected`:
+    until `(int32)(sem[offsets] - expected) >= 0`, a comparison that survives the
+    counter wrapping around (a semaphore only grows: each call of a kernel pair waits
+    for its generation's count, and no reset is needed between calls). Acquire
+    semantics: the writes the posting blocks made before their `tile_post` are visible
+    to this block after it. A wait that no post can satisfy is a deadlock, which the
+    interpreter reports at the wait's line. The offsets must lie inside `sem`."""
+
+    opname: ClassVar[str] = "tile_wait"
+    sem: Tensor
+    offsets: tuple[Expr, ...]
+    expected: Expr
+
+
 # ---- shared memory -----------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -413,7 +444,8 @@ class Assume(Instruction):
 
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
-        GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, AllocShared, FreeShared, LoadShared,
+        GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, TilePost, TileWait, AllocShared,
+        FreeShared, LoadShared,
         StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, LaunchDependents,
         WaitPrerequisites, Full, Arange, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
         AnnotateLayout, Print, Assume,

@@ -134,6 +134,29 @@ def _check_writable(ctx: Context, inst: ins.Instruction, dst: Tensor) -> None:
         ctx.first_global_write = ctx.op + (f" at {loc}" if loc else "")
 
 
+def check_tile_post(ctx: Context, inst: ins.TilePost) -> None:
+    _check_writable(ctx, inst, _check_semaphore(ctx, inst, inst.value, "value"))
+
+
+def check_tile_wait(ctx: Context, inst: ins.TileWait) -> None:
+    _check_semaphore(ctx, inst, inst.expected, "expected")
+
+
+def _check_semaphore(ctx: Context, inst: ins.TilePost | ins.TileWait, count: Any,
+                     what: str) -> Tensor:
+    if ctx.program.producer_warps:
+        fail(f"{inst.opname}: a program with a producer warp cannot synchronize tiles "
+             f"(its warps would wait apart); write it without tv.producer_warp")
+    sem = use(ctx, inst.sem, "sem", (G,))
+    if sem.type.dtype != INT32:
+        fail(f"{inst.opname}: %{sem.name} is {sem.type.dtype}; a semaphore is int32")
+    check_offsets(ctx, inst.offsets, sem)
+    kind = check_int_expr(ctx, count, what)
+    if kind.bits > 32:
+        fail(f"{inst.opname}: the {what} {expr_text(count)} is {kind}; it must fit int32")
+    return sem
+
+
 def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
     dst = use(ctx, inst.dst, "dst", (G,))
     if dst.type.dtype != INT32:

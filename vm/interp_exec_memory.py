@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
 from tilevm.ir import instructions as ins
+from tilevm.ir.errors import VMError
+from tilevm.ir.printer import format_instruction
 from tilevm.ir.types import MemorySpace, Tensor
 from tilevm.layouts.register_layout import RegisterLayout
 from tilevm.layouts.shared_layout import SharedLayout, row_major
@@ -152,6 +154,56 @@ class MemorySemantics(InterpreterState):
         added = (code + self._eval_int(inst.value, "value")) % 2**32
         write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
         self.scalars[inst.out] = code - 2**32 if code >= 2**31 else code
+
+    # ---- tile synchronization -------------------------------------------------------------
+    def _semaphore(self, inst: ins.TilePost | ins.TileWait
+                   ) -> tuple[Any, np.ndarray, list[int]]:
+        """The semaphore's buffer, the bit address of its element, and its offsets."""
+        view = self._global(inst.sem)
+        offsets = self._eval_offsets(inst.offsets, len(view.shape), inst.opname)
+        mask, bitpos = self._global_elements(view, offsets, (1,) * len(view.shape))
+        if not mask.all():
+            self._fail(f"{inst.opname}: the element at {[int(o) for o in offsets]} is "
+                       f"outside {inst.sem} (shape {list(view.shape)})")
+        return view.buffer, bitpos, [int(o) for o in offsets]
+
+    def exec_tile_post(self, inst: ins.TilePost) -> None:
+        """`sem[offsets] += value` (int32, wrapping), then other blocks may run."""
+        buffer, bitpos, _ = self._semaphore(inst)
+        if buffer.param.type.readonly:
+            self._fail(f"tile_post through the readonly pointer {buffer.param.name} "
+                       f"({buffer.param.type})")
+        code = int(read_codes(buffer.mem, bitpos, 32)[0])
+        added = (code + self._eval_int(inst.value, "value")) % 2**32
+        write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
+        if self.scheduler is not None:
+            self.scheduler.pause(self.task)
+
+    def exec_tile_wait(self, inst: ins.TileWait) -> None:
+        """Other blocks run until `(int32)(sem[offsets] - expected) >= 0`; a wait no
+        block left can satisfy is a deadlock (`interp_blocks`)."""
+        buffer, bitpos, offsets = self._semaphore(inst)
+        expected = self._eval_int(inst.expected, "expected")
+
+        def value() -> int:
+            code = int(read_codes(buffer.mem, bitpos, 32)[0])
+            return code - 2**32 if code >= 2**31 else code
+
+        def reached() -> bool:
+            return (value() - expected) % 2**32 < 2**31
+
+        block, location = self.block, inst.loc
+
+        def deadlock() -> VMError:
+            return VMError(f"deadlock: block {block} waits for {inst.sem}{offsets} to reach "
+                           f"{expected}, it holds {value()}, and no block left can post "
+                           f"to it", format_instruction(inst), location)
+
+        if self.scheduler is None:
+            if not reached():
+                raise deadlock()
+            return
+        self.scheduler.pause(self.task, ready_when=reached, site=deadlock)
 
     # ---- shared memory ------------------------------------------------------------------
     def _shared_tile(self, alloc: SharedAlloc, offsets: np.ndarray, tile: tuple[int, ...],

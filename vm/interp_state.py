@@ -106,6 +106,9 @@ class InterpreterState:
         self._sites: list[ins.Instruction] = []
         self._site_index: dict[int, int] = {}
         self._inst: ins.Instruction | None = None
+        # blocks that wait for each other run under a scheduler, each its own state
+        self.scheduler: Any = None  # interp_blocks.BlockScheduler
+        self.task: Any = None  # this block's interp_blocks.Task
 
     # ---- arguments and grid -------------------------------------------------------------
     def _bind(self, args: Sequence[Any]) -> None:

@@ -83,10 +83,23 @@ read what another thread wrote (RAW), to write what another thread read (WAR) or
 wrote (WAW). The `VMError` names the element, both threads and both source lines.
 Global memory is not race-checked (blocks run one after another). Launches run one
 after another too, so `launch_dependents` and `wait_prerequisites` do nothing here.
+
+Blocks that wait (`tile_post`, `tile_wait`)
+-------------------------------------------
+A program with these runs its blocks as threads under a scheduler that lets one run at
+a time and switches only at a post or a wait (`vm/interp_blocks.py`): in order by
+default, a block that waits giving way to the next ready one. `run_together` runs
+several launches so, a producer and its consumer sharing arrays, in an interleaving a
+seed picks at random at every post and wait (a consumer's blocks may start first). A
+wait that no block left can satisfy is a deadlock: a `VMError` at that wait's line.
+Memory is sequentially consistent here; the GPU's release and acquire give the same
+results to a program whose reads of another block's writes follow a wait for them.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,14 +109,16 @@ from tilevm.ir.errors import VMError
 from tilevm.ir.expr import Var
 from tilevm.ir.printer import format_instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq
+from tilevm.ir.transform import instructions
 from tilevm.ir.verifier import verify
 from tilevm.layouts.errors import LayoutError
+from tilevm.vm.interp_blocks import BlockScheduler, Task
 from tilevm.vm.interp_exec_memory import MemorySemantics
 from tilevm.vm.interp_exec_tiles import TileSemantics
 from tilevm.vm.interp_state import AsyncCopy, limit_hint
 from tilevm.vm.interp_values import array_dtype, convert_scalar, from_host, to_host
 
-__all__ = ["run", "Interpreter", "array_dtype", "to_host", "from_host"]
+__all__ = ["run", "run_together", "Interpreter", "array_dtype", "to_host", "from_host"]
 
 
 def run(program: Program, args: Sequence[Any], *, check_races: bool = True,
@@ -116,6 +131,30 @@ def run(program: Program, args: Sequence[Any], *, check_races: bool = True,
     "Limits"); None takes the environment variable or the default."""
     Interpreter(program, check_races=check_races, check_uninitialized=check_uninitialized,
                 max_blocks=max_blocks, max_loop_trips=max_loop_trips).run(args)
+
+
+def run_together(launches: Sequence[tuple[Program, Sequence[Any]]], *,
+                 seed: int | None = None, **options: Any) -> None:
+    """Run the launches' blocks interleaved, as kernels running at the same time on the
+    GPU (a producer and a consumer synchronized by `tile_post` / `tile_wait`; module
+    docstring, "Blocks that wait"): arguments that are the same numpy array are the
+    same memory. `seed` picks the interleaving; None runs the blocks in order, the
+    first launch's first. `options` as `run`'s."""
+    interpreters = []
+    for program, args in launches:
+        interp = Interpreter(program, **options)
+        interp.prepare(args)
+        interpreters.append(interp)
+    scheduler = BlockScheduler(seed)
+    tasks = []
+    for k, interp in enumerate(interpreters):
+        for block in interp.blocks():
+            state = copy.copy(interp)
+            state.scheduler = scheduler
+            key = (k, block) if len(interpreters) > 1 else block
+            state.task = Task(key, functools.partial(state._run_block, block))
+            tasks.append(state.task)
+    scheduler.run(tasks)
 
 
 # ---- helpers -----------------------------------------------------------------------------
@@ -147,20 +186,33 @@ class Interpreter(MemorySemantics, TileSemantics):
 
     # ---- entry ------------------------------------------------------------------------
     def run(self, args: Sequence[Any]) -> None:
+        if any(isinstance(i, (ins.TileWait, ins.TilePost))
+               for i in instructions(self.program.body)):
+            run_together([(self.program, args)], check_races=self.check_races,
+                         check_uninitialized=self.check_uninitialized,
+                         max_blocks=self.max_blocks, max_loop_trips=self.max_loop_trips)
+            return
+        self.prepare(args)
+        for block in self.blocks():
+            self._run_block(block)
+
+    def prepare(self, args: Sequence[Any]) -> None:
+        """Verify the program (once) and bind `args`."""
         if not getattr(self, "_verified", False):
             verify(self.program)  # the compiler's first pass: one set of rules for both
             self._verified = True
         self._bind(args)
+
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """The grid's blocks in the order they run: x fastest, then y, z."""
         try:
             grid = self._grid()
         except VMError as exc:  # its extents, its cluster, its size: at the tv.grid line
             if exc.loc is not None:
                 raise
             raise VMError(exc.message, exc.instruction, self.program.grid_loc) from None
-        for z in range(grid[2]):
-            for y in range(grid[1]):
-                for x in range(grid[0]):
-                    self._run_block((x, y, z))
+        return [(x, y, z) for z in range(grid[2]) for y in range(grid[1])
+                for x in range(grid[0])]
 
     def _run_block(self, block: tuple[int, int, int]) -> None:
         self.block = block

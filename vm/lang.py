@@ -49,6 +49,8 @@ from tilevm.vm.lang_memory import (
     store_global,
     store_shared,
     sync,
+    tile_post,
+    tile_wait,
     wait_prerequisites,
 )
 from tilevm.vm.lang_tiles import (
@@ -76,11 +78,23 @@ from tilevm.vm.lang_tiles import (
     where,
     zeros,
 )
+from tilevm.vm.tile_policies import (
+    AffineSync,
+    RowSync,
+    StridedSync,
+    TileSync,
+    check_policy,
+    check_sync_graph,
+    tile_of,
+)
 
 __all__ = [
     "kernel", "ptr", "grid", "producer_warp", "cluster", "range", "static_assert", "assume",
     "block_idx", "cdiv",
-    "global_view", "load_global", "store_global", "atomic_add", "alloc_shared", "free_shared",
+    "global_view", "load_global", "store_global", "atomic_add", "tile_post", "tile_wait",
+    "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of", "check_policy",
+    "check_sync_graph",
+    "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "launch_dependents", "wait_prerequisites", "full", "zeros", "arange", "view", "cast",
     "where", "sum", "max", "min", "maximum", "minimum", "fma", "dot", "annotate_layout",

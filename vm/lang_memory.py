@@ -85,6 +85,40 @@ def atomic_add(dst: Any, offsets: Any, value: Any = 1) -> Scalar:
                                fv.to_expr(value, "tv.atomic_add value")))
 
 
+def tile_post(sem: Any, offsets: Any, value: Any = 1) -> None:
+    """Once the whole block got here: `sem[offsets] += value` on an int32 semaphore in
+    global memory, releasing the block's earlier global writes to the blocks (of this
+    kernel or one running beside it) that `tile_wait` for it (docs/tile-sync.md)."""
+    b = builder_for("tv.tile_post")
+    t = _semaphore(sem, "tv.tile_post")
+    b.tile_post(t.tensor, offsets_of(offsets, t.ndim, "tv.tile_post"),
+                _count(value, "tv.tile_post value"))
+
+
+def tile_wait(sem: Any, offsets: Any, expected: Any) -> None:
+    """Block the block until the int32 semaphore `sem[offsets]` has reached `expected`
+    (wrapping-aware: `(int32)(sem - expected) >= 0`); then the writes the posting blocks
+    released are visible here. The interpreter reports a wait no post can satisfy as a
+    deadlock at this line."""
+    b = builder_for("tv.tile_wait")
+    t = _semaphore(sem, "tv.tile_wait")
+    b.tile_wait(t.tensor, offsets_of(offsets, t.ndim, "tv.tile_wait"),
+                _count(expected, "tv.tile_wait expected"))
+
+
+def _semaphore(sem: Any, what: str) -> Tile:
+    t = tile_in(sem, f"{what} semaphore", MemorySpace.GLOBAL)
+    if t.dtype != _dtypes.parse("int32"):
+        raise VMError(f"{what} needs an int32 semaphore tensor, got {t.dtype}")
+    return t
+
+
+def _count(value: Any, what: str) -> Any:
+    if isinstance(value, Tile) or not (isinstance(value, Scalar) or fv.is_number(value)):
+        raise VMError(f"{what} must be an integer scalar, got {fv.describe(value)}")
+    return fv.to_expr(value, what)
+
+
 # ---- shared memory -----------------------------------------------------------------------
 
 def alloc_shared(dtype: Any, shape: Any, layout: Any = None) -> Tile:
