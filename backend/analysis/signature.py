@@ -34,8 +34,9 @@ from tilevm.ir.expr import (
     free_vars,
 )
 from tilevm.ir.expr_parser import parse_expr
-from tilevm.ir.instructions import Assume, GlobalView, WaitPrerequisites
+from tilevm.ir.instructions import Assume, GlobalView, TileWait, WaitPrerequisites
 from tilevm.ir.stmt import AssignVar, For, If, Let, Seq
+from tilevm.ir.transform import instructions
 from tilevm.ir.types import Pointer
 
 __all__ = ["ParamSpec", "ViewSpec", "TensorMapSpec", "AssumeSpec", "Signature",
@@ -141,11 +142,11 @@ class Signature:
     cluster: int = 1  # blocks per cluster along the grid's first dimension
     grid_where: str = ""  # the user's `tv.grid` line ("" if unknown), for launch errors
     # The kernel waits for the kernels before it (`wait_prerequisites`, at the top level,
-    # before any global write: the verifier's rule), so it may be launched with the
-    # programmatic-stream-serialization attribute and start before they end. Only
-    # then: a kernel without the wait never gets the attribute. The wait is compiled in
-    # only for sm_90 and later (`Target.dependent_launch`), so a build for an earlier
-    # target must clear this field.
+    # before any global write: the verifier's rule; or tile by tile, `tile_wait`), so it
+    # may be launched with the programmatic-stream-serialization attribute and start
+    # before they end. Only then: a kernel without a wait never gets the attribute. The
+    # wait is compiled in only for sm_90 and later (`Target.dependent_launch`), so a
+    # build for an earlier target must clear this field.
     dependent_launch: bool = False
 
     def param(self, name: str) -> ParamSpec:
@@ -254,7 +255,10 @@ def signature_from_program(program: Any, *, pointer_align: int = 16) -> Signatur
             if free_vars(cond) <= scalars and _static(cond):
                 assumptions.append(AssumeSpec(cond, _strip_parens(format_expr(stmt.cond)),
                                               str(stmt.loc) if stmt.loc else ""))
-    waits = any(isinstance(stmt, WaitPrerequisites) for stmt in program.body.body)
+    # A kernel that waits for the kernel before it, with `wait_prerequisites`, or tile by
+    # tile on its semaphores (`tile_wait`: docs/tile-sync.md), may start before it ends.
+    waits = any(isinstance(stmt, WaitPrerequisites) for stmt in program.body.body) or \
+        any(isinstance(inst, TileWait) for inst in instructions(program.body))
     return Signature(program.name, tuple(params), tuple(views), tuple(program.grid),
                      program.block_threads, tuple(assumptions), cluster=program.cluster,
                      grid_where=str(program.grid_loc) if program.grid_loc else "",

@@ -43,6 +43,21 @@ def test_a_post_is_barrier_fence_release_and_a_wait_acquire_spin_then_barrier(ar
         check_ptx(ptx, arch)
 
 
+@pytest.mark.parametrize("arch, early", [("sm_80", False), ("sm_90a", True)])
+def test_a_kernel_that_waits_on_tiles_may_start_before_its_producer_ends(arch, early):
+    """On sm_90 the consumer is launched with programmatic stream serialization (its
+    blocks may start once every producer block ran `launch_dependents` or finished);
+    its semaphores, not `griddepcontrol.wait`, order its reads. Before sm_90, never."""
+    from tilevm.backend.launch import build_artifact
+
+    def dependent(program):
+        return build_artifact(program, arch).extra["signature"]["dependent_launch"]
+
+    assert dependent(consumer.specialize()) is early
+    assert dependent(producer.specialize()) is False
+    assert "griddepcontrol.wait" not in compiled_ptx(consumer.specialize(), arch)
+
+
 PAIR_ON_TWO_STREAMS = r'''
 import sys, time
 import numpy as np
@@ -56,7 +71,9 @@ driver.ensure_context()
 drv = driver.bindings()
 low, high = driver.call("range", drv.cuCtxGetStreamPriorityRange())
 streams = [driver.call("stream", drv.cuStreamCreateWithPriority(1, p)) for p in (high, low)]
-make, use = compiled_kernel(producer.specialize()), compiled_kernel(consumer.specialize())
+same_stream = sys.argv[3] == "pdl"  # the consumer a dependent launch after the producer
+make = compiled_kernel(producer.specialize(early=same_stream))
+use = compiled_kernel(consumer.specialize())
 rng = np.random.default_rng(0)
 tiles = 64
 x = rng.standard_normal(tiles * BLOCK).astype(np.float32)
@@ -64,8 +81,14 @@ xd, hd = DeviceArray.from_numpy(x), DeviceArray.zeros(x.size, "f32")
 sem, out = DeviceArray.zeros(tiles, "int32"), DeviceArray.zeros(x.size, "f32")
 want = expected_output(x)
 for generation in range(1, int(sys.argv[2]) + 1):
-    use(hd, sem, out, x.size, generation, stream=streams[0])  # the consumer first
-    make(xd, hd, sem, x.size, stream=streams[1])
+    if same_stream:  # a prepared launch: with the dependent-launch attribute
+        consumer_launch = use.prepare(hd, sem, out, x.size, generation)
+        assert consumer_launch.dependent
+        make(xd, hd, sem, x.size, stream=streams[1])
+        consumer_launch.launch(int(streams[1]), hd.ptr, sem.ptr, out.ptr)
+    else:
+        use(hd, sem, out, x.size, generation, stream=streams[0])  # the consumer first
+        make(xd, hd, sem, x.size, stream=streams[1])
     begin = time.monotonic()
     while True:
         done = [drv.cuStreamQuery(s)[0] == drv.CUresult.CUDA_SUCCESS for s in streams]
@@ -79,7 +102,11 @@ print("OK")
 
 
 @pytest.mark.gpu
-def test_gpu_a_consumer_launched_first_waits_for_its_tiles():
+@pytest.mark.parametrize("mode", ["two-streams", "pdl"])
+def test_gpu_a_consumer_waits_for_its_tiles(mode):
+    """two-streams: the consumer launched first, on the higher-priority stream; pdl: on
+    one stream, the consumer a dependent launch right after the producer (which lets it
+    start at entry). 200 calls each, the semaphores never reset, a 1 s watchdog."""
     proc = subprocess.run([sys.executable, "-c", PAIR_ON_TWO_STREAMS, str(HERE.parent / "vm"),
-                           "200"], capture_output=True, text=True, timeout=120)
+                           "200", mode], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr

@@ -18,8 +18,10 @@ BLOCK = 32
 
 @tv.kernel(num_warps=1)
 def producer(x: tv.ptr(tv.f32, const=True), h: tv.ptr(tv.f32), sem: tv.ptr(tv.int32),
-             n: tv.int32, *, skip: int = -1):
+             n: tv.int32, *, skip: int = -1, early: bool = False):
     tv.grid(tv.cdiv(n, BLOCK))
+    if early:  # let a dependent consumer start once every producer block got here
+        tv.launch_dependents()
     t = tv.block_idx(0)
     gh = tv.global_view(h, [n])
     v = tv.load_global(tv.global_view(x, [n]), [t * BLOCK], [BLOCK])
