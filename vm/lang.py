@@ -85,6 +85,7 @@ from tilevm.vm.tile_policies import (
     TileSync,
     check_policy,
     check_sync_graph,
+    take_ticket,
     tile_of,
 )
 
@@ -92,8 +93,8 @@ __all__ = [
     "kernel", "ptr", "grid", "producer_warp", "cluster", "range", "static_assert", "assume",
     "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "atomic_add", "tile_post", "tile_wait",
-    "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of", "check_policy",
-    "check_sync_graph",
+    "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of", "take_ticket",
+    "check_policy", "check_sync_graph",
     "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
     "sync", "launch_dependents", "wait_prerequisites", "full", "zeros", "arange", "view", "cast",

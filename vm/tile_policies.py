@@ -25,6 +25,9 @@ A wait expects `generation * posts` (the posts its semaphore receives per call),
 reset is needed between calls. The methods work on Python ints (the host's checks) and
 on the kernel's scalars alike.
 
+`take_ticket` is the alternative to two kernels: one persistent grid over the tiles of
+both in topological order, each block taking the next ticket.
+
 `check_policy` proves every wait of every consumer tile satisfiable by the producer's
 posts (a wait on a semaphore no tile posts enough to is a deadlock, rejected before
 anything runs). `check_sync_graph` rejects kernels that wait on each other in a cycle:
@@ -39,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilevm.ir.errors import VMError
-from tilevm.vm.lang_memory import tile_post, tile_wait
+from tilevm.vm.lang_memory import atomic_add, tile_post, tile_wait
 
 __all__ = ["TilePolicy", "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of",
-           "check_policy", "check_sync_graph", "TilePolicyError"]
+           "take_ticket", "check_policy", "check_sync_graph", "TilePolicyError"]
 
 
 class TilePolicyError(VMError):
@@ -137,6 +140,18 @@ class RowSync(TilePolicy):
 
     def semaphores(self, producer_tiles: int) -> int:
         return -(-producer_tiles // self.columns)
+
+
+def take_ticket(counter: Any, generation: Any, tickets: Any) -> Any:
+    """This block's ticket, 0..tickets-1, in call `generation` (counting from 1) of a
+    persistent kernel that does a producer's and a consumer's tiles in one grid: the
+    first tickets the producer's tiles, the rest the consumer's, in topological order.
+    Blocks take tickets in the order they start, so a block waits only for tiles of
+    smaller tickets, which blocks already running hold: no deadlock, whatever order the
+    GPU starts blocks in (without programmatic dependent launch, or before sm_90). The
+    int32 `counter` (a one-element global tensor) needs no reset: call `g` takes its
+    values `(g - 1) * tickets` to `g * tickets - 1`."""
+    return atomic_add(counter, [0], 1) - (generation - 1) * tickets
 
 
 def check_policy(policy: TilePolicy, producer_tiles: int, consumer_tiles: int) -> None:

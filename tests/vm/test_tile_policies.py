@@ -99,3 +99,47 @@ def test_row_synchronized_pair_agrees_with_serialized_runs(seed):
                      seed=seed * 10 + generation)
         assert np.array_equal(out, serial)
     assert (sem == 2 * columns).all()
+
+
+@tv.kernel(num_warps=1)
+def persistent_pair(x: tv.ptr(tv.f32, const=True), h: tv.ptr(tv.f32), sem: tv.ptr(tv.int32),
+                    counter: tv.ptr(tv.int32), out: tv.ptr(tv.f32), rows: tv.int32,
+                    generation: tv.int32, *, columns: int):
+    """rows_producer's and rows_consumer's tiles in one grid: tickets below
+    rows * columns produce, the others consume (topological order)."""
+    policy = tv.RowSync(columns)
+    producer_tiles = rows * columns
+    tv.grid(producer_tiles + rows)
+    ticket = tv.take_ticket(tv.global_view(counter, [1]), generation, producer_tiles + rows)
+    gh = tv.global_view(h, [rows * B, columns * B])
+    gs = tv.global_view(sem, [rows])
+    if ticket < producer_tiles:
+        r, c = tv.tile_of(ticket, columns)
+        tile = tv.load_global(tv.global_view(x, [rows * B, columns * B]), [r * B, c * B],
+                              [B, B])
+        tv.store_global(gh, tile * 2.0 + 1.0, [r * B, c * B])
+        policy.post(gs, ticket)
+    else:
+        r = ticket - producer_tiles
+        policy.wait(gs, r, generation)
+        block = tv.load_global(gh, [r * B, 0], [B, columns * B])
+        tv.store_global(tv.global_view(out, [rows * B]), tv.sum(block, 1), [r * B])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_persistent_grid_with_tickets_agrees_and_needs_no_reset(seed):
+    rng = np.random.default_rng(seed)
+    rows, columns = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    x = rng.standard_normal((rows * B, columns * B)).astype(np.float32)
+    h, sem, serial = (np.zeros_like(x), np.zeros(rows, np.int32),
+                      np.full(rows * B, np.nan, np.float32))
+    run(rows_producer.specialize(columns=columns), [x, h, sem, rows])
+    run(rows_consumer.specialize(columns=columns), [h, sem, serial, rows, 1])
+    program = persistent_pair.specialize(columns=columns)
+    h, sem, counter = np.zeros_like(x), np.zeros(rows, np.int32), np.zeros(1, np.int32)
+    for generation in (1, 2, 3):
+        out = np.full(rows * B, np.nan, np.float32)
+        run_together([(program, [x, h, sem, counter, out, rows, generation])],
+                     seed=seed * 10 + generation)
+        assert np.array_equal(out, serial)
+    assert counter[0] == 3 * (rows * columns + rows) and (sem == 3 * columns).all()
