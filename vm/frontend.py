@@ -133,24 +133,89 @@ class KernelSignature:
         return f"({', '.join(parts)})"
 
 
-class Kernel:
-    """A `@tv.kernel` function: specialize it to IR, or run it in the interpreter."""
+class SourceFunction:
+    """A Python function the frontend compiles from its source: a kernel, or an inline
+    helper (`what` names it in messages)."""
 
-    def __init__(self, fn: Callable[..., Any], num_warps: int = 4) -> None:
+    what = "function"
+
+    def __init__(self, fn: Callable[..., Any], decorator: str) -> None:
         if not inspect.isfunction(fn):
-            raise VMError(f"@tv.kernel decorates a function, got {fv.describe(fn)}",
+            raise VMError(f"{decorator} decorates a function, got {fv.describe(fn)}",
                           loc=fv.caller_loc())
         self.fn = fn
         self.name: str = fn.__name__
         self.source_file: str = inspect.getsourcefile(fn) or fn.__code__.co_filename
-        # the first decorator's line (co_firstlineno), where num_warps is given
+        # the first decorator's line (co_firstlineno)
         self.def_loc = SourceLoc(self.source_file, fn.__code__.co_firstlineno)
-        self.num_warps = check_warps(num_warps, self.def_loc)
-        self.signature = self._read_signature()
-        self._cache: dict[Any, Program] = {}
         self._tree: ast.FunctionDef | None = None
         self._compiled: dict[ast.AST, tuple[Any, bool]] = {}
         self.codes: set[Any] = set()  # every code object compiled from the source
+
+    def _globals(self) -> dict[str, Any]:
+        env = dict(self.fn.__globals__)
+        code = self.fn.__code__
+        for name, cell in zip(code.co_freevars, self.fn.__closure__ or ()):
+            try:
+                env[name] = cell.cell_contents
+            except ValueError:  # an empty cell: a closure variable not assigned yet
+                pass
+        return env
+
+    # ---- source ------------------------------------------------------------------------------
+    def tree(self) -> ast.FunctionDef:
+        """The function's AST, line numbers as in the source file, with the rewrites
+        of `and`/`or`/`not`/`if-else` expressions applied."""
+        if self._tree is None:
+            try:
+                lines, start = inspect.getsourcelines(self.fn)
+            except (OSError, TypeError):
+                raise VMError(f"cannot read the source of {self.what} {self.name}; it must be "
+                              "defined in a file", loc=self.def_loc) from None
+            module = ast.parse(textwrap.dedent("".join(lines)), filename=self.source_file)
+            ast.increment_lineno(module, start - 1)
+            node = module.body[0]
+            if not isinstance(node, ast.FunctionDef):
+                raise VMError(f"{self.what} {self.name} must be a plain (non-async) function",
+                              loc=self.def_loc)
+            node = RewriteLogic().visit(node)
+            ast.fix_missing_locations(node)
+            self._tree = node
+        return self._tree
+
+    def compiled(self, node: ast.AST, mode: str) -> tuple[Any, bool]:
+        """`node` (a statement, or an expression for mode "eval") compiled, and whether it
+        opens a nested scope (lambda, comprehension) that must see the symbol table
+        through globals."""
+        found = self._compiled.get(node)
+        if found is None:
+            if mode == "eval":
+                wrapper: ast.AST = ast.Expression(body=node)  # type: ignore[arg-type]
+            else:
+                wrapper = ast.Module(body=[node], type_ignores=[])  # type: ignore[list-item]
+            code = compile(wrapper, self.source_file, mode)
+            self._add_codes(code)
+            nested = any(isinstance(n, _SCOPES) for n in ast.walk(node))
+            found = self._compiled[node] = (code, nested)
+        return found
+
+    def _add_codes(self, code: Any) -> None:
+        self.codes.add(code)
+        for c in code.co_consts:
+            if inspect.iscode(c):
+                self._add_codes(c)
+
+
+class Kernel(SourceFunction):
+    """A `@tv.kernel` function: specialize it to IR, or run it in the interpreter."""
+
+    what = "kernel"
+
+    def __init__(self, fn: Callable[..., Any], num_warps: int = 4) -> None:
+        super().__init__(fn, "@tv.kernel")
+        self.num_warps = check_warps(num_warps, self.def_loc)  # given at the decorator
+        self.signature = self._read_signature()
+        self._cache: dict[Any, Program] = {}
 
     def __repr__(self) -> str:
         return f"<tv.kernel {self.name}{self.signature}>"
@@ -208,16 +273,6 @@ class Kernel:
         except Exception:
             return text
 
-    def _globals(self) -> dict[str, Any]:
-        env = dict(self.fn.__globals__)
-        code = self.fn.__code__
-        for name, cell in zip(code.co_freevars, self.fn.__closure__ or ()):
-            try:
-                env[name] = cell.cell_contents
-            except ValueError:  # an empty cell: a closure variable not assigned yet
-                pass
-        return env
-
     # ---- specialization --------------------------------------------------------------------
     def bind_constants(self, constants: dict[str, Any]) -> dict[str, Any]:
         """Every constant's value (given or default), in declaration order."""
@@ -266,51 +321,40 @@ class Kernel:
         program = self.specialize(**constants)
         return interpreter.run(program, full)
 
-    # ---- source ------------------------------------------------------------------------------
-    def tree(self) -> ast.FunctionDef:
-        """The function's AST, line numbers as in the source file, with the rewrites
-        of `and`/`or`/`not`/`if-else` expressions applied."""
-        if self._tree is None:
-            try:
-                lines, start = inspect.getsourcelines(self.fn)
-            except (OSError, TypeError):
-                raise VMError(f"cannot read the source of kernel {self.name}; kernels must be "
-                              "defined in a file", loc=self.def_loc) from None
-            module = ast.parse(textwrap.dedent("".join(lines)), filename=self.source_file)
-            ast.increment_lineno(module, start - 1)
-            node = module.body[0]
-            if not isinstance(node, ast.FunctionDef):
-                raise VMError(f"kernel {self.name} must be a plain (non-async) function",
-                              loc=self.def_loc)
-            node = RewriteLogic().visit(node)
-            ast.fix_missing_locations(node)
-            self._tree = node
-        return self._tree
-
-    def compiled(self, node: ast.AST, mode: str) -> tuple[Any, bool]:
-        """`node` (a statement, or an expression for mode "eval") compiled, and whether it
-        opens a nested scope (lambda, comprehension) that must see the symbol table
-        through globals."""
-        found = self._compiled.get(node)
-        if found is None:
-            if mode == "eval":
-                wrapper: ast.AST = ast.Expression(body=node)  # type: ignore[arg-type]
-            else:
-                wrapper = ast.Module(body=[node], type_ignores=[])  # type: ignore[list-item]
-            code = compile(wrapper, self.source_file, mode)
-            self._add_codes(code)
-            nested = any(isinstance(n, _SCOPES) for n in ast.walk(node))
-            found = self._compiled[node] = (code, nested)
-        return found
-
-    def _add_codes(self, code: Any) -> None:
-        self.codes.add(code)
-        for c in code.co_consts:
-            if inspect.iscode(c):
-                self._add_codes(c)
-
-
 _SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+class Inline(SourceFunction):
+    """A `@tv.inline` helper: called inside a kernel (or another inline helper), its body
+    is compiled into the caller as a kernel's is, so it may hold `tv.range` loops and
+    `if`s on runtime values, which a plain Python helper cannot (it runs at compile time
+    as Python). Its parameters are bound to the call's arguments (any Python values:
+    tiles, scalars, constants) and it may `return` values (at its top level, not inside
+    a runtime construct). Names it binds are its own; results flow back only through
+    `return` and memory."""
+
+    what = "inline function"
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__(fn, "@tv.inline")
+        self.signature = inspect.signature(fn)
+
+    def __repr__(self) -> str:
+        return f"<tv.inline {self.name}{self.signature}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        caller = fv.current(f"tv.inline function {self.name}")
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise VMError(f"{self.name}(): {err}") from None
+        bound.apply_defaults()
+        return caller.inline_call(self, dict(bound.arguments))  # type: ignore[attr-defined]
+
+
+def inline(fn: Callable[..., Any]) -> Inline:
+    """Decorator: `@tv.inline` (see `Inline`)."""
+    return Inline(fn)
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4) -> Any:

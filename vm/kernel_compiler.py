@@ -96,7 +96,8 @@ class _Continue(Exception):
 
 
 class _Return(Exception):
-    pass
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
 
 
 _UNSUPPORTED = {
@@ -131,6 +132,7 @@ class KernelCompiler(fv.BuildContext):
         self.frames: list[Frame] = []
         self.ctrl: list[str] = []  # "static", "runtime for loop", "runtime if"
         self.slot_vars: set[Var] = set()  # the variables declared for carried names
+        self.returns_values = False  # an inline helper's body (`inline_call`)
 
     # ---- driver ------------------------------------------------------------------------------
     def compile(self) -> Program:
@@ -152,6 +154,28 @@ class KernelCompiler(fv.BuildContext):
         finally:
             fv.pop(self)
         return b.build()
+
+    def inline_call(self, helper: Any, arguments: dict[str, Any]) -> Any:
+        """Compile `helper`'s body (a `vm.frontend.Inline`) into this kernel, its
+        parameters bound to `arguments`, and return what it returns (None without a
+        `return`). It builds into the same IR, with its own names and control flow."""
+        child = KernelCompiler.__new__(KernelCompiler)
+        fv.BuildContext.__init__(child, self.builder, helper.source_file, helper.codes)
+        child.k, child.constants, child.returns_values = helper, {}, True
+        child.globals = {**helper._globals(), **LOGIC_HELPERS}
+        child.symtab = SymbolTable()
+        child.symtab.update(arguments)
+        child.frames, child.ctrl, child.slot_vars = [], [], set()
+        loc, hint = self.builder.loc, self.builder.name_hint
+        fv.push(child)
+        try:
+            child.visit_block(helper.tree().body)
+        except _Return as done:
+            return done.value
+        finally:
+            fv.pop(child)
+            self.builder.loc, self.builder.name_hint = loc, hint
+        return None
 
     def runtime_construct(self) -> str | None:
         if not self.frames:
@@ -278,6 +302,9 @@ class KernelCompiler(fv.BuildContext):
     # ---- control flow --------------------------------------------------------------------------
     def visit_Return(self, node: ast.Return) -> None:
         value = node.value
+        if self.returns_values:
+            self._check_static_exit("return", "return after the loop or if instead")
+            raise _Return(None if value is None else self.evaluate(value))
         if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
             raise VMError("a kernel cannot return a value; write results to memory with "
                           "tv.store_global")

@@ -32,7 +32,7 @@ from tilevm.ir.instructions import Assume
 from tilevm.ir.stmt import CLUSTER_SIZES, WARPGROUP_WARPS, producer_registers_problem
 from tilevm.ir.types import Pointer
 from tilevm.vm import frontend_values as fv
-from tilevm.vm.frontend import Kernel, KernelSignature, kernel, ptr
+from tilevm.vm.frontend import Inline, Kernel, KernelSignature, inline, kernel, ptr
 from tilevm.vm.frontend_values import Scalar, Tile
 from tilevm.vm.kernel_compiler import RuntimeRange, make_range
 from tilevm.vm.lang_memory import (
@@ -90,8 +90,8 @@ from tilevm.vm.tile_policies import (
 )
 
 __all__ = [
-    "kernel", "ptr", "grid", "producer_warp", "cluster", "range", "static_assert", "assume",
-    "block_idx", "cdiv",
+    "kernel", "inline", "Inline", "ptr", "grid", "producer_warp", "cluster", "range",
+    "static_assert", "assume", "block_idx", "cdiv",
     "global_view", "load_global", "store_global", "atomic_add", "tile_post", "tile_wait",
     "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of", "take_ticket",
     "check_policy", "check_sync_graph",
