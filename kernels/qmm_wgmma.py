@@ -73,6 +73,106 @@ from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
 
+@tv.inline
+def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType,
+                   group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
+                   stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
+                   split_k: int):
+    """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
+    the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
+    in f32), their layout, `bn`, the block's column tile and first column and row, and
+    the shared buffers the epilogue may reuse."""
+    b = wdtype.bits
+    tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
+    tv.static_assert(bk in (32, 64) and group_size % bk == 0,
+                     f"bk={bk} must be 32 or 64 (64- or 128-byte rows of x) dividing "
+                     f"group_size={group_size}")
+    tv.static_assert(num_warps % 4 == 0,
+                     f"num_warps={num_warps} must be whole warpgroups (4 warps)")
+    tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
+                     f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
+    tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
+    tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
+    lead = lead or stages - 1
+    tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
+    tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+    tv.static_assert(not half_atoms or b % 2 == 0,
+                     f"half_atoms takes codes of an even width, got {wdtype}")
+    chunk = stages * bk  # rows of K per iteration of the main loop
+    tv.static_assert(split_k == 1 or chunk % group_size == 0,
+                     f"split_k={split_k} splits K into whole iterations of {chunk} rows "
+                     f"(stages * bk), which must be whole groups of {group_size}")
+    warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
+    bn = warp_n * num_warps
+    atoms = bn // ATOM
+    lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
+    n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
+                                                 group_size, group_m, lane_run, split_k)
+    atom_n0 = n_tile * atoms
+    # With split_k, split z takes iterations [z * C / split_k, (z + 1) * C / split_k)
+    # of the C = ceil(K / chunk) (splits differ by at most one); the views stay whole
+    # (the copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
+    k_begin, k_len = 0, K
+    if split_k > 1:
+        iterations = tv.cdiv(K, chunk)
+        k_begin = tv.block_idx(2) * iterations // split_k * chunk
+        k_len = (tv.block_idx(2) + 1) * iterations // split_k * chunk - k_begin
+
+    # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
+    # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
+    chunks = bk // ATOM
+    if half_atoms:  # half h of a lane's 4b bytes of atom a, per k-chunk
+        byte_layout = local(chunks, 1, 1, 1, 1) * spatial(1, atoms, 1, 2, 1) \
+            * spatial(1, 1, 32, 1, 1) * local(1, 1, 1, 1, 2 * b)
+        tile = [chunks, atoms, 32, 2, 2 * b]
+        code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout(b)
+    else:
+        byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
+            .local(1, 1, 1, 4 * b)
+        tile = [chunks, num_warps, 32, 4 * b]
+        code_layout = local(chunks, 1) * spatial(1, num_warps) * atom_code_layout(b)
+    halves = 1 if half_atoms else 2
+    a_layout = spatial(num_warps, 1) * local(halves, bk // 16) * mma_m16n8k16_a()
+    acc_layout = spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c()
+    xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
+
+    codes_at = lambda k: tv.load_global(  # noqa: E731  (k: of this split's rows)
+        gw, [(k_begin + k) // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile,
+        layout=byte_layout)
+    xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
+    # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
+    # from shared memory where the weights are scaled (no global latency there).
+    ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
+    zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
+    for first in range(lead):  # (not `s`: a runtime loop would carry it)
+        _copy_ktile(xs, ss, zs, first, gxt, gs, gz, k_begin + first * bk, m0, n0,
+                    group_size)
+        tv.copy_async_commit()
+    w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
+    acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+    scale_layout = a_layout.reduce(1)
+    for k0 in tv.range(0, k_len, chunk):
+        for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
+            k = k0 + s * bk if s else k0
+            packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
+                                                 codes_at(k + prefetch * bk))
+            wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
+                         act, a_layout)
+            tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
+            tv.sync()  # thread's copies) for every thread; the buffer refilled next
+            # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
+            if has_zeros:
+                wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
+            wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
+            _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
+                        k_begin + k + lead * bk, m0, n0, group_size)
+            tv.copy_async_commit()
+            acc = tv.dot(wt, xs[s], acc)
+    tv.copy_async_wait(0)
+    buffers = (*xs, *ss, *(zs or ()))
+    return acc, acc_layout, bn, n_tile, n0, m0, buffers
+
+
 @cache
 def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
     """The Hopper kernel for activations (and scales, zeros, output) of type `act`."""
@@ -87,94 +187,9 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
                   wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1):
-        b = wdtype.bits
-        tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
-        tv.static_assert(bk in (32, 64) and group_size % bk == 0,
-                         f"bk={bk} must be 32 or 64 (64- or 128-byte rows of x) dividing "
-                         f"group_size={group_size}")
-        tv.static_assert(num_warps % 4 == 0,
-                         f"num_warps={num_warps} must be whole warpgroups (4 warps)")
-        tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
-                         f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
-        tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
-        tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
-        lead = lead or stages - 1
-        tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
-        tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
-        tv.static_assert(not half_atoms or b % 2 == 0,
-                         f"half_atoms takes codes of an even width, got {wdtype}")
-        chunk = stages * bk  # rows of K per iteration of the main loop
-        tv.static_assert(split_k == 1 or chunk % group_size == 0,
-                         f"split_k={split_k} splits K into whole iterations of {chunk} rows "
-                         f"(stages * bk), which must be whole groups of {group_size}")
-        warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
-        bn = warp_n * num_warps
-        atoms = bn // ATOM
-        lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
-        n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                     group_size, group_m, lane_run, split_k)
-        atom_n0 = n_tile * atoms
-        # With split_k, split z takes iterations [z * C / split_k, (z + 1) * C / split_k)
-        # of the C = ceil(K / chunk) (splits differ by at most one); the views stay whole
-        # (the copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
-        k_begin, k_len = 0, K
-        if split_k > 1:
-            iterations = tv.cdiv(K, chunk)
-            k_begin = tv.block_idx(2) * iterations // split_k * chunk
-            k_len = (tv.block_idx(2) + 1) * iterations // split_k * chunk - k_begin
-
-        # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
-        # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
-        chunks = bk // ATOM
-        if half_atoms:  # half h of a lane's 4b bytes of atom a, per k-chunk
-            byte_layout = local(chunks, 1, 1, 1, 1) * spatial(1, atoms, 1, 2, 1) \
-                * spatial(1, 1, 32, 1, 1) * local(1, 1, 1, 1, 2 * b)
-            tile = [chunks, atoms, 32, 2, 2 * b]
-            code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout(b)
-        else:
-            byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
-                .local(1, 1, 1, 4 * b)
-            tile = [chunks, num_warps, 32, 4 * b]
-            code_layout = local(chunks, 1) * spatial(1, num_warps) * atom_code_layout(b)
-        halves = 1 if half_atoms else 2
-        a_layout = spatial(num_warps, 1) * local(halves, bk // 16) * mma_m16n8k16_a()
-        acc_layout = spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c()
-        xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
-
-        codes_at = lambda k: tv.load_global(  # noqa: E731  (k: of this split's rows)
-            gw, [(k_begin + k) // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile,
-            layout=byte_layout)
-        xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
-        # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
-        # from shared memory where the weights are scaled (no global latency there).
-        ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
-        zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
-        for first in range(lead):  # (not `s`: a runtime loop would carry it)
-            _copy_ktile(xs, ss, zs, first, gxt, gs, gz, k_begin + first * bk, m0, n0,
-                        group_size)
-            tv.copy_async_commit()
-        w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
-        acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-        scale_layout = a_layout.reduce(1)
-        for k0 in tv.range(0, k_len, chunk):
-            for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
-                k = k0 + s * bk if s else k0
-                packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
-                                                     codes_at(k + prefetch * bk))
-                wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
-                             act, a_layout)
-                tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
-                tv.sync()  # thread's copies) for every thread; the buffer refilled next
-                # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
-                if has_zeros:
-                    wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
-                wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
-                _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
-                            k_begin + k + lead * bk, m0, n0, group_size)
-                tv.copy_async_commit()
-                acc = tv.dot(wt, xs[s], acc)
-        tv.copy_async_wait(0)
-        buffers = (*xs, *ss, *(zs or ()))
+        acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
+            x, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
+            num_warps, stages, group_m, lead, prefetch, half_atoms, split_k)
         if split_k > 1:  # as in `kernels.qmm` (`park_partial_sums`)
             tiles_n = tv.cdiv(N, bn)
             tiles = tiles_n * tv.cdiv(M, bm)
