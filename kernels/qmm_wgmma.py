@@ -77,11 +77,13 @@ from tilevm.vm.frontend import Kernel
 def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType,
                    group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
                    stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
-                   split_k: int):
+                   split_k: int, wait_previous: bool = True, before_loads=None):
     """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
     the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
     in f32), their layout, `bn`, the block's column tile and first column and row, and
-    the shared buffers the epilogue may reuse."""
+    the shared buffers the epilogue may reuse. `wait_previous`: as `block_tile`'s;
+    `before_loads(m0)`, if given, runs before the block's first load of x (a wait for
+    the producer's rows of x)."""
     b = wdtype.bits
     tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
     tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -107,7 +109,10 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     atoms = bn // ATOM
     lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                 group_size, group_m, lane_run, split_k)
+                                                 group_size, group_m, lane_run, split_k,
+                                                 wait_previous)
+    if before_loads is not None:
+        before_loads(m0)
     atom_n0 = n_tile * atoms
     # With split_k, split z takes iterations [z * C / split_k, (z + 1) * C / split_k)
     # of the C = ceil(K / chunk) (splits differ by at most one); the views stay whole
@@ -212,12 +217,14 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
                group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
-               split_k: int = 1):
+               split_k: int = 1, wait_previous: bool = True):
     """The launch grid and this block's tile, as the prefill kernels share them (a
     compile-time helper): (column tile, its first column n0, first row m0, and the views
     x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
     the format's 32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat),
-    scales and zeros [Np, K / group_size])."""
+    scales and zeros [Np, K / group_size]). Without `wait_previous` the block does not
+    wait for the previous kernel (a consumer that waits for its producer's tiles
+    instead, docs/tile-sync.md)."""
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
     Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
@@ -225,7 +232,8 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     # Programmatic dependent launch (sm_90): the next kernel may start now; this one
     # waits for the previous one here, before touching memory.
     tv.launch_dependents()
-    tv.wait_prerequisites()
+    if wait_previous:
+        tv.wait_prerequisites()
     n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
     n0, m0 = n_tile * bn, m_tile * bm
     gxt = tv.global_view(x, [K, M], strides=[1, K])

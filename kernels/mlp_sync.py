@@ -1,0 +1,120 @@
+"""The quantized MLP of a transformer layer fused by tile synchronization (issue 47,
+docs/tile-sync.md): `y = (silu(x W_gate) * (x W_up)) W_down` as two Hopper kernels
+that run at the same time, the second waiting only for the rows of the first it reads.
+
+- `mlp_gate_up`: the Hopper quantized matmul (`qmm_wgmma.wgmma_mainloop`) of x by the
+  gate and up weights packed side by side in blocks of `bn / 2` columns
+  (`interleave_gate_up`), so that a block's `bn` accumulator rows hold `bn / 2` gate
+  and the matching `bn / 2` up features; its epilogue stores `silu(gate) * up` (h, half
+  the columns) and posts to the semaphore of its row tile (`tile_post`). It lets the
+  next kernel start at entry (`launch_dependents`, in `block_tile`).
+- `mlp_down`: the same matmul of h by W_down, whose blocks wait, before their first
+  load of h, until every gate_up tile of their row has posted
+  (`generation * producer_tiles` posts: the semaphores are never reset), and which do
+  not wait for the previous kernel as a whole (no `wait_prerequisites`). Its tiles'
+  rows must be the gate_up tiles' rows: one `bm` for both.
+
+The row synchronization is cuSync's RowSync with the row tile as the semaphore: the
+gate_up blocks take their tiles in groups of rows (`grouped_tiles`), so a row's
+tiles finish together. The pair runs in the interpreter (`run_together`) as the
+specification; split-K is left out (`split_k = 1`).
+"""
+
+# No `from __future__ import annotations` here: the kernels' parameter annotations
+# (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
+from functools import cache
+
+import numpy as np
+
+from tilevm.dtypes import DataType
+from tilevm.kernels.qmm import activation_type
+from tilevm.kernels.qmm_wgmma import store_transposed, wgmma_mainloop
+from tilevm.layouts import local
+from tilevm.vm import lang as tv
+from tilevm.vm.frontend import Kernel
+
+__all__ = ["mlp_kernels", "interleave_gate_up", "store_silu_mul"]
+
+
+def interleave_gate_up(w_gate: np.ndarray, w_up: np.ndarray, bn: int) -> np.ndarray:
+    """W_gate and W_up `[K, F]` as one `[K, 2F]` matrix whose column tiles of `bn` hold
+    `bn / 2` gate columns then the same `bn / 2` up columns (F a multiple of `bn / 2`)."""
+    K, F = w_gate.shape
+    half = bn // 2
+    if w_up.shape != (K, F) or F % half:
+        raise ValueError(f"gate and up weights must have one shape [K, F] with F a multiple "
+                         f"of {half}, got {w_gate.shape} and {w_up.shape}")
+    blocks = np.stack([w_gate.reshape(K, F // half, half), w_up.reshape(K, F // half, half)],
+                      axis=2)
+    return blocks.reshape(K, 2 * F)
+
+
+def store_silu_mul(h, acc, acc_layout, act, M, F, n0, m0, num_warps: int, buffers) -> None:
+    """Store `silu(gate) * up` of the block's accumulators `acc` ([bn, bm] of the
+    transposed product: rows `0..bn/2` the gate features, `bn/2..bn` the up ones) into
+    h `[M, F]` at rows `m0`, columns `n0`, masked to M (a compile-time helper): through
+    shared memory, where the two halves meet."""
+    bn, bm = acc_layout.shape
+    half, threads = bn // 2, 32 * num_warps
+    across = min(bm, threads)  # threads along a row of the tile
+    tv.static_assert(bm % across == 0 and half % (threads // across) == 0,
+                     f"the silu * up epilogue spreads a [{half}, {bm}] tile over {threads} "
+                     f"threads: bm must be a power of two")
+    for buf in buffers:
+        tv.free_shared(buf)
+    tv.sync()  # every warp is done with the buffers whose bytes the tile takes
+    tile = tv.alloc_shared(tv.f32, [bn, bm])
+    tv.store_shared(tile, acc)
+    tv.sync()
+    layout = local(half // (threads // across), bm // across) \
+        .spatial(threads // across, across)
+    gate = tv.load_shared(tile, [0, 0], [half, bm], layout=layout)
+    up = tv.load_shared(tile, [half, 0], [half, bm], layout=layout)
+    value = gate / (tv.exp(-gate) + 1.0) * up
+    tv.store_global(tv.global_view(h, [F, M], strides=[1, F]), tv.cast(value, act), [n0, m0])
+
+
+@cache
+def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
+    """(gate_up, down) for activations of type `act` (module docstring)."""
+    act = activation_type(act)
+
+    @tv.kernel(num_warps=4)
+    def mlp_gate_up(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
+                    scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
+                    h: tv.ptr(act), sem: tv.ptr(tv.int32), M: tv.int32, N2: tv.int32,
+                    K: tv.int32, *, wdtype: DataType = tv.int4, group_size: int = 128,
+                    has_zeros: bool = False, bm: int = 128, bk: int = 64,
+                    num_warps: int = 4, stages: int = 4, group_m: int = 8, lead: int = 2,
+                    prefetch: int = 2, half_atoms: bool = False):
+        acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
+            x, w, scales, zeros, M, N2, K, act, wdtype, group_size, has_zeros, bm, bk,
+            num_warps, stages, group_m, lead, prefetch, half_atoms, 1)
+        tv.assume(N2 % bn == 0)  # whole tiles: each holds a gate and an up block
+        store_silu_mul(h, acc, acc_layout, act, M, N2 // 2, n_tile * (bn // 2), m0,
+                       num_warps, buffers)
+        tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm)]), [m0 // bm], 1)
+
+    @tv.kernel(num_warps=4)
+    def mlp_down(h: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
+                 scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
+                 y: tv.ptr(act), sem: tv.ptr(tv.int32), M: tv.int32, N: tv.int32,
+                 K: tv.int32, generation: tv.int32, *, producer_bn: int = 128,
+                 wdtype: DataType = tv.int4, group_size: int = 128,
+                 has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
+                 stages: int = 4, group_m: int = 8, lead: int = 2, prefetch: int = 2,
+                 half_atoms: bool = False, wide_stores: bool = False):
+        # K = F: a row of h is 2K / producer_bn gate_up tiles, each posting once a call
+        posts = 2 * K // producer_bn
+        rows = tv.global_view(sem, [tv.cdiv(M, bm)])
+        acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
+            h, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
+            num_warps, stages, group_m, lead, prefetch, half_atoms, 1,
+            wait_previous=False,
+            before_loads=lambda m0: tv.tile_wait(rows, [m0 // bm], generation * posts))
+        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
+                         wide_stores)
+
+    mlp_gate_up.name = f"mlp_gate_up_{act.name}"
+    mlp_down.name = f"mlp_down_{act.name}"
+    return mlp_gate_up, mlp_down
