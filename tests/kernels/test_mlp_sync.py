@@ -89,3 +89,48 @@ def test_synchronized_runs_agree_with_serialized_ones(seed):
         run_together(launches(x, gate_up, down, h, sem, y, generation)[::-1],
                      seed=seed * 10 + generation)
         assert np.array_equal(h, h0) and np.array_equal(y, y0)
+
+
+@pytest.mark.gpu
+def test_gpu_synchronized_mlp_equals_serialized_and_the_reference():
+    """sm_90: the pair on one stream, down a dependent launch (it may start while
+    gate_up runs), 20 calls without resetting the semaphores, against the same kernels
+    serialized and against float64."""
+    from tilevm.backend.cuda import driver
+    from tilevm.backend.cuda.device_array import DeviceArray
+    from tilevm.backend.launch import compiled_kernel, current_arch
+
+    if current_arch() != "sm_90a":
+        pytest.skip("the wgmma kernels need sm_90a")
+    rng = np.random.default_rng(7)
+    m, h_size, f = 256, 1024, 1024
+    gate_up = weights(rng, interleave_gate_up(rng.integers(0, 16, (h_size, f)),
+                                              rng.integers(0, 16, (h_size, f)), BN))
+    down = weights(rng, rng.integers(0, 16, (f, h_size)))
+    x = rng.uniform(-1, 1, (m, h_size)).astype(np.float16)
+    config = dict(CONSTANTS, bm=128, stages=4, lead=2, prefetch=2)
+    make_kernel, use_kernel = mlp_kernels("f16")
+    make = compiled_kernel(make_kernel.specialize(**config))
+    use = compiled_kernel(use_kernel.specialize(producer_bn=BN, **config))
+    xd = DeviceArray.from_numpy(x)
+    wgu, sgu = DeviceArray.from_numpy(gate_up.packed), DeviceArray.from_numpy(gate_up.scales)
+    wdn, sdn = DeviceArray.from_numpy(down.packed), DeviceArray.from_numpy(down.scales)
+    hd, yd = DeviceArray.zeros((m, f), "f16"), DeviceArray.zeros((m, h_size), "f16")
+    sem = DeviceArray.zeros(m // 128, "int32")
+    stream = driver.call("stream", driver.bindings().cuStreamCreate(1))
+    results = []
+    for generation in range(1, 21):
+        make(xd, wgu, sgu, sgu, hd, sem, m, 2 * f, h_size, stream=stream)
+        if generation % 2:  # serialized: a plain launch after gate_up
+            use(hd, wdn, sdn, sdn, yd, sem, m, h_size, f, generation, stream=stream)
+        else:
+            launch = use.prepare(hd, wdn, sdn, sdn, yd, sem, m, h_size, f, generation)
+            assert launch.dependent
+            launch.launch(int(stream), hd.ptr, wdn.ptr, sdn.ptr, sdn.ptr, yd.ptr, sem.ptr)
+        driver.call("sync", driver.bindings().cuStreamSynchronize(stream))
+        results.append(yd.to_numpy().copy())
+    assert all(np.array_equal(r, results[0]) for r in results)
+    h = hd.to_numpy().astype(np.float64)
+    want = h @ np.asarray(down.dequantize(), np.float64)
+    assert np.allclose(results[0].astype(np.float64), want, rtol=2e-3,
+                       atol=2e-3 * np.abs(want).max())
