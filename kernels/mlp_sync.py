@@ -14,10 +14,21 @@ that run at the same time, the second waiting only for the rows of the first it 
   not wait for the previous kernel as a whole (no `wait_prerequisites`). Its tiles'
   rows must be the gate_up tiles' rows: one `bm` for both.
 
-The row synchronization is cuSync's RowSync with the row tile as the semaphore: the
-gate_up blocks take their tiles in groups of rows (`grouped_tiles`), so a row's
-tiles finish together. The pair runs in the interpreter (`run_together`) as the
-specification; split-K is left out (`split_k = 1`).
+Two policies (the compile-time constant `policy` of both kernels, one value for the
+pair):
+
+- "row" (cuSync's RowSync, the row tile as the semaphore): a down block waits once,
+  before its first load of h, for all `2F / bn` gate_up tiles of its row. The gate_up
+  blocks take their tiles in groups of rows (`grouped_tiles`), so a row's tiles finish
+  together. Semaphores: one a row tile.
+- "tile" (TileSync on the tiles of h): a down block waits, before it copies each k-tile
+  of h, for the one gate_up tile that wrote those columns, so it starts on a row as
+  soon as its first tiles exist. Semaphores: one a gate_up tile, `[rows, 2F / bn]`.
+
+`choose_policy` picks from the cost model's waves of gate_up (cuSync's rule): "tile"
+when its tiles fit in one wave (the down blocks then have SMs to start on while the
+wave runs), "row" for more (fewer waits). The pair runs in the interpreter
+(`run_together`) as the specification; split-K is left out (`split_k = 1`).
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -26,6 +37,8 @@ from functools import cache
 
 import numpy as np
 
+from tilevm.cost.hardware import GPU
+from tilevm.cost.model import Resources, blocks_per_sm, waves
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type
 from tilevm.kernels.qmm_wgmma import store_transposed, wgmma_mainloop
@@ -33,7 +46,10 @@ from tilevm.layouts import local
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
-__all__ = ["mlp_kernels", "interleave_gate_up", "store_silu_mul"]
+__all__ = ["mlp_kernels", "interleave_gate_up", "store_silu_mul", "choose_policy",
+           "semaphores", "POLICIES"]
+
+POLICIES = ("row", "tile")
 
 
 def interleave_gate_up(w_gate: np.ndarray, w_up: np.ndarray, bn: int) -> np.ndarray:
@@ -74,6 +90,25 @@ def store_silu_mul(h, acc, acc_layout, act, M, F, n0, m0, num_warps: int, buffer
     tv.store_global(tv.global_view(h, [F, M], strides=[1, F]), tv.cast(value, act), [n0, m0])
 
 
+def semaphores(policy: str, M: int, F: int, bm: int, bn: int) -> int:
+    """How many int32 semaphores the pair takes (module docstring)."""
+    rows = -(-M // bm)
+    return rows if policy == "row" else rows * (2 * F // bn)
+
+
+def choose_policy(M: int, F: int, bm: int, bn: int, gpu: GPU, resources: Resources) -> str:
+    """"tile" if gate_up's tiles fit in one wave of `gpu` (its blocks holding
+    `resources`: `cost.model.blocks_per_sm`), else "row" (module docstring)."""
+    occupancy = blocks_per_sm(gpu, resources.threads, resources.registers_per_thread,
+                              resources.shared_bytes)
+    tiles = -(-M // bm) * (2 * F // bn)
+    return "tile" if waves(gpu, tiles, occupancy.blocks_per_sm).waves <= 1 else "row"
+
+
+def _check_policy(policy: str) -> None:
+    tv.static_assert(policy in POLICIES, f"policy must be one of {POLICIES}, got {policy!r}")
+
+
 @cache
 def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
     """(gate_up, down) for activations of type `act` (module docstring)."""
@@ -86,14 +121,19 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
                     K: tv.int32, *, wdtype: DataType = tv.int4, group_size: int = 128,
                     has_zeros: bool = False, bm: int = 128, bk: int = 64,
                     num_warps: int = 4, stages: int = 4, group_m: int = 8, lead: int = 2,
-                    prefetch: int = 2, half_atoms: bool = False):
+                    prefetch: int = 2, half_atoms: bool = False, policy: str = "row"):
+        _check_policy(policy)
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N2, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, 1)
         tv.assume(N2 % bn == 0)  # whole tiles: each holds a gate and an up block
         store_silu_mul(h, acc, acc_layout, act, M, N2 // 2, n_tile * (bn // 2), m0,
                        num_warps, buffers)
-        tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm)]), [m0 // bm], 1)
+        if policy == "row":
+            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm)]), [m0 // bm], 1)
+        else:
+            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), N2 // bn]), [m0 // bm, n_tile],
+                         1)
 
     @tv.kernel(num_warps=4)
     def mlp_down(h: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
@@ -103,15 +143,26 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
                  wdtype: DataType = tv.int4, group_size: int = 128,
                  has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                  stages: int = 4, group_m: int = 8, lead: int = 2, prefetch: int = 2,
-                 half_atoms: bool = False, wide_stores: bool = False):
+                 half_atoms: bool = False, wide_stores: bool = False, policy: str = "row"):
+        _check_policy(policy)
         # K = F: a row of h is 2K / producer_bn gate_up tiles, each posting once a call
-        posts = 2 * K // producer_bn
-        rows = tv.global_view(sem, [tv.cdiv(M, bm)])
+        producer_tiles = 2 * K // producer_bn
+        if policy == "row":
+            rows = tv.global_view(sem, [tv.cdiv(M, bm)])
+            waits = dict(before_loads=lambda m0: tv.tile_wait(
+                rows, [m0 // bm], generation * producer_tiles))
+        else:  # the gate_up tile of h's columns [k, k + bk) (the last for copies past K)
+            tv.static_assert((producer_bn // 2) % bk == 0,
+                             f"a k-tile of h ({bk} columns) must lie in one gate_up tile "
+                             f"({producer_bn // 2} columns of h)")
+            tiles = tv.global_view(sem, [tv.cdiv(M, bm), producer_tiles])
+            waits = dict(before_copy=lambda k, m0: tv.tile_wait(
+                tiles, [m0 // bm, tv.minimum(k // (producer_bn // 2), producer_tiles - 1)],
+                generation))
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             h, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, 1,
-            wait_previous=False,
-            before_loads=lambda m0: tv.tile_wait(rows, [m0 // bm], generation * posts))
+            wait_previous=False, **waits)
         store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
                          wide_stores)
 

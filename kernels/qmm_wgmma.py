@@ -77,13 +77,16 @@ from tilevm.vm.frontend import Kernel
 def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType,
                    group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
                    stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
-                   split_k: int, wait_previous: bool = True, before_loads=None):
+                   split_k: int, wait_previous: bool = True, before_loads=None,
+                   before_copy=None):
     """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
     the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
     in f32), their layout, `bn`, the block's column tile and first column and row, and
     the shared buffers the epilogue may reuse. `wait_previous`: as `block_tile`'s;
     `before_loads(m0)`, if given, runs before the block's first load of x (a wait for
-    the producer's rows of x)."""
+    the producer's rows of x); `before_copy(k, m0)` before the copy of each k-tile `k`
+    of x (k may run past K: those copies read zeros; a wait for the producer's tile of
+    those columns)."""
     b = wdtype.bits
     tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
     tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -150,6 +153,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
     zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
     for first in range(lead):  # (not `s`: a runtime loop would carry it)
+        if before_copy is not None:
+            before_copy(k_begin + first * bk, m0)
         _copy_ktile(xs, ss, zs, first, gxt, gs, gz, k_begin + first * bk, m0, n0,
                     group_size)
         tv.copy_async_commit()
@@ -169,6 +174,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
             if has_zeros:
                 wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
             wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
+            if before_copy is not None:
+                before_copy(k_begin + k + lead * bk, m0)
             _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
                         k_begin + k + lead * bk, m0, n0, group_size)
             tv.copy_async_commit()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilevm.kernels.mlp_sync import interleave_gate_up, mlp_kernels
+from tilevm.kernels.mlp_sync import choose_policy, interleave_gate_up, mlp_kernels, semaphores
 from tilevm.kernels.weight_format import FRAGMENTS, pack_weights
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.vm import lang as tv
@@ -37,16 +37,17 @@ def problem(seed):
     return x, gate_up, down
 
 
-def launches(x, gate_up, down, h, sem, y, generation):
+def launches(x, gate_up, down, h, sem, y, generation, policy="row"):
     make, use = mlp_kernels("f16")
-    return [(make.specialize(**CONSTANTS),
+    return [(make.specialize(policy=policy, **CONSTANTS),
              [x, gate_up.packed, gate_up.scales, gate_up.scales, h, sem, M, 2 * F, H]),
-            (use.specialize(producer_bn=BN, **CONSTANTS),
+            (use.specialize(producer_bn=BN, policy=policy, **CONSTANTS),
              [h, down.packed, down.scales, down.scales, y, sem, M, H, F, generation])]
 
 
-def buffers():
-    return (np.full((M, F), np.nan, np.float16), np.zeros(1, np.int32),
+def buffers(policy="row"):
+    return (np.full((M, F), np.nan, np.float16),
+            np.zeros(semaphores(policy, M, F, CONSTANTS["bm"], BN), np.int32),
             np.full((M, H), np.nan, np.float16))
 
 
@@ -77,22 +78,50 @@ def test_the_pair_computes_the_mlp():
     assert sem[0] == 2 * F // BN
 
 
+@pytest.mark.parametrize("policy", ["row", "tile"])
 @pytest.mark.parametrize("seed", range(3))
-def test_synchronized_runs_agree_with_serialized_ones(seed):
+def test_synchronized_runs_agree_with_serialized_ones(seed, policy):
     x, gate_up, down = problem(seed)
-    h0, sem0, y0 = buffers()
-    for program, args in launches(x, gate_up, down, h0, sem0, y0, 1):
+    h0, sem0, y0 = buffers(policy)
+    for program, args in launches(x, gate_up, down, h0, sem0, y0, 1, policy):
         run(program, args)
-    h, sem, y = buffers()
+    h, sem, y = buffers(policy)
     for generation in (1, 2):
         h[:], y[:] = np.nan, np.nan
-        run_together(launches(x, gate_up, down, h, sem, y, generation)[::-1],
+        run_together(launches(x, gate_up, down, h, sem, y, generation, policy)[::-1],
                      seed=seed * 10 + generation)
         assert np.array_equal(h, h0) and np.array_equal(y, y0)
+    assert (sem == (2 if policy == "tile" else 2 * 2 * F // BN)).all()
+
+
+def test_the_tile_policy_waits_inside_the_loop_and_the_row_policy_once():
+    from tilevm.ir.transform import instructions
+
+    _, use = mlp_kernels("f16")
+    for policy, waits in (("row", 1), ("tile", None)):
+        program = use.specialize(producer_bn=BN, policy=policy, **CONSTANTS)
+        found = [i for i in instructions(program.body) if i.opname == "tile_wait"]
+        assert len(found) == waits if waits else len(found) > 1
+        assert not any(i.opname == "wait_prerequisites" for i in instructions(program.body))
+
+
+def test_the_policy_is_tile_within_one_wave_and_row_beyond():
+    from tilevm.cost.hardware import gpu
+    from tilevm.cost.model import Resources
+
+    h100, one_block = gpu("h100"), Resources(128, 255, 150_000)  # 1 block per SM
+    # 8B MLP (F = 14336): 224 gate_up tiles per 128 rows: 1.7 waves at M = 128
+    assert choose_policy(128, 14336, 128, 128, h100, one_block) == "row"
+    # 132 SMs hold 132 tiles: F = 8448 at M = 128 is exactly one wave
+    assert choose_policy(128, 8448, 128, 128, h100, one_block) == "tile"
+    assert choose_policy(128, 8512, 128, 128, h100, one_block) == "row"
+    with pytest.raises(Exception, match="policy must be one of"):
+        mlp_kernels("f16")[0].specialize(policy="cols", **CONSTANTS)
 
 
 @pytest.mark.gpu
-def test_gpu_synchronized_mlp_equals_serialized_and_the_reference():
+@pytest.mark.parametrize("policy", ["row", "tile"])
+def test_gpu_synchronized_mlp_equals_serialized_and_the_reference(policy):
     """sm_90: the pair on one stream, down a dependent launch (it may start while
     gate_up runs), 20 calls without resetting the semaphores, against the same kernels
     serialized and against float64."""
@@ -110,13 +139,13 @@ def test_gpu_synchronized_mlp_equals_serialized_and_the_reference():
     x = rng.uniform(-1, 1, (m, h_size)).astype(np.float16)
     config = dict(CONSTANTS, bm=128, stages=4, lead=2, prefetch=2)
     make_kernel, use_kernel = mlp_kernels("f16")
-    make = compiled_kernel(make_kernel.specialize(**config))
-    use = compiled_kernel(use_kernel.specialize(producer_bn=BN, **config))
+    make = compiled_kernel(make_kernel.specialize(policy=policy, **config))
+    use = compiled_kernel(use_kernel.specialize(producer_bn=BN, policy=policy, **config))
     xd = DeviceArray.from_numpy(x)
     wgu, sgu = DeviceArray.from_numpy(gate_up.packed), DeviceArray.from_numpy(gate_up.scales)
     wdn, sdn = DeviceArray.from_numpy(down.packed), DeviceArray.from_numpy(down.scales)
     hd, yd = DeviceArray.zeros((m, f), "f16"), DeviceArray.zeros((m, h_size), "f16")
-    sem = DeviceArray.zeros(m // 128, "int32")
+    sem = DeviceArray.zeros(semaphores(policy, m, f, 128, BN), "int32")
     stream = driver.call("stream", driver.bindings().cuStreamCreate(1))
     results = []
     for generation in range(1, 21):
