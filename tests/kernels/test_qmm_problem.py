@@ -70,3 +70,18 @@ def test_sample_outputs_of_the_interpreter_pass_the_bound_and_a_wrong_one_fails(
     problem.sample_inputs(s, i)  # (the check consumes the record of its weights)
     count, failure = problem.check_outputs(again if i % 4 == 3 else args, (wrong,))
     assert failure is not None and "y[1, 2]" in failure
+
+
+def test_a_large_set_is_checked_on_a_subset_of_its_columns(monkeypatch):
+    from tilevm.kernels import qmm_problem as qp
+
+    monkeypatch.setattr(qp, "CHECKED_PER_SET", 64)  # 16 rows: 4 columns checked
+    s = sch.default_schedule(16, 256, 512, 128, hopper=False, bits=4)
+    problem = qp.QmmProblem("int4", 16, 256, 512)
+    args = problem.sample_inputs(s, 0)
+    run = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    interpreter.run(problem.program(s), run)
+    count, failure = problem.check_outputs(args, (run[4],))
+    assert failure is None and count == 64
+    count, failure = problem.check_outputs(args, (run[4] + np.float16(1.0),))
+    assert count == 64 and failure is not None and "64 of 64 outputs" in failure
