@@ -113,6 +113,8 @@ class MemorySemantics(InterpreterState):
         check_register_dtype(out.dtype, str(out))
         offsets = self._eval_offsets(inst.offsets, len(view.shape), "load_global")
         mask, bitpos = self._global_elements(view, offsets, tile)
+        if self.races is not None:
+            self.races.read(self.block_id, view.buffer, bitpos[mask], self._race_site(inst))
         values = np.full(mask.size, round_to(float(inst.other), out.dtype), dtype=np.float64)
         got = decode_codes(read_codes(view.buffer.mem, bitpos[mask], view.dtype.bits), view.dtype)
         if view.dtype != out.dtype:
@@ -132,6 +134,8 @@ class MemorySemantics(InterpreterState):
         src = self._reg(inst.src)
         offsets = self._eval_offsets(inst.offsets, len(view.shape), "store_global")
         mask, bitpos = self._global_elements(view, offsets, src.shape)
+        if self.races is not None:
+            self.races.write(self.block_id, buffer, bitpos[mask], self._race_site(inst))
         values = src.reshape(-1)[mask]
         if inst.src.dtype != view.dtype:
             values = round_to(values, view.dtype)
@@ -154,6 +158,10 @@ class MemorySemantics(InterpreterState):
         added = (code + self._eval_int(inst.value, "value")) % 2**32
         write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
         self.scalars[inst.out] = code - 2**32 if code >= 2**31 else code
+        if self.races is not None:  # acquire and release, on this element
+            key = self.races.element(buffer, bitpos)
+            self.races.acquire(self.block_id, key)
+            self.races.release(self.block_id, key)
 
     # ---- tile synchronization -------------------------------------------------------------
     def _semaphore(self, inst: ins.TilePost | ins.TileWait
@@ -176,6 +184,8 @@ class MemorySemantics(InterpreterState):
         code = int(read_codes(buffer.mem, bitpos, 32)[0])
         added = (code + self._eval_int(inst.value, "value")) % 2**32
         write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
+        if self.races is not None:
+            self.races.release(self.block_id, self.races.element(buffer, bitpos))
         if self.scheduler is not None:
             self.scheduler.pause(self.task)
 
@@ -202,8 +212,19 @@ class MemorySemantics(InterpreterState):
         if self.scheduler is None:
             if not reached():
                 raise deadlock()
-            return
-        self.scheduler.pause(self.task, ready_when=reached, site=deadlock)
+        else:
+            self.scheduler.pause(self.task, ready_when=reached, site=deadlock)
+        if self.races is not None:
+            self.races.acquire(self.block_id, self.races.element(buffer, bitpos))
+
+    def _race_site(self, inst: ins.Instruction) -> int:
+        """The race checker's record of `inst`'s line (made once per instruction)."""
+        sites = self.__dict__.setdefault("_race_sites", {})
+        site = sites.get(id(inst))
+        if site is None:
+            site = sites[id(inst)] = self.races.site(
+                f"{inst.loc} ({inst.opname})" if inst.loc else inst.opname)
+        return site
 
     # ---- shared memory ------------------------------------------------------------------
     def _shared_tile(self, alloc: SharedAlloc, offsets: np.ndarray, tile: tuple[int, ...],
@@ -304,6 +325,8 @@ class MemorySemantics(InterpreterState):
         tile = alloc.layout.shape
         offsets = self._eval_offsets(inst.offsets, len(view.shape), "copy_async")
         mask, src_bits = self._global_elements(view, offsets, tile)
+        if self.races is not None:
+            self.races.read(self.block_id, view.buffer, src_bits[mask], self._race_site(inst))
         codes = np.zeros(mask.size, dtype=np.uint64)  # code 0 is the value 0 of every type
         codes[mask] = read_codes(view.buffer.mem, src_bits[mask], view.dtype.bits)
         bitpos = alloc.offset_bits.reshape(-1)

@@ -109,6 +109,8 @@ class InterpreterState:
         # blocks that wait for each other run under a scheduler, each its own state
         self.scheduler: Any = None  # interp_blocks.BlockScheduler
         self.task: Any = None  # this block's interp_blocks.Task
+        self.races: Any = None  # interp_global_races.GlobalRaces of a synchronized run
+        self.block_id = 0  # this block's number in that run
 
     # ---- arguments and grid -------------------------------------------------------------
     def _bind(self, args: Sequence[Any]) -> None:

@@ -81,8 +81,9 @@ access is a race) until a `copy_async_wait` retires its group, then written by a
 unknown thread until the next `sync`. Between two syncs it is a race for a thread to
 read what another thread wrote (RAW), to write what another thread read (WAR) or
 wrote (WAW). The `VMError` names the element, both threads and both source lines.
-Global memory is not race-checked (blocks run one after another). Launches run one
-after another too, so `launch_dependents` and `wait_prerequisites` do nothing here.
+Global memory is not race-checked here (blocks run one after another; but see "Blocks
+that wait" below). Launches run one after another too, so `launch_dependents` and
+`wait_prerequisites` do nothing here.
 
 Blocks that wait (`tile_post`, `tile_wait`)
 -------------------------------------------
@@ -93,7 +94,10 @@ several launches so, a producer and its consumer sharing arrays, in an interleav
 seed picks at random at every post and wait (a consumer's blocks may start first). A
 wait that no block left can satisfy is a deadlock: a `VMError` at that wait's line.
 Memory is sequentially consistent here; the GPU's release and acquire give the same
-results to a program whose reads of another block's writes follow a wait for them.
+results to a program whose reads of another block's writes follow a wait for them, and
+that is what such a run checks: an access to a global element another block wrote,
+with no post/wait or atomic ordering that write before it, is a race, a `VMError` at
+the access's line naming the writer's (`vm/interp_global_races.py`).
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ from tilevm.layouts.errors import LayoutError
 from tilevm.vm.interp_blocks import BlockScheduler, Task
 from tilevm.vm.interp_exec_memory import MemorySemantics
 from tilevm.vm.interp_exec_tiles import TileSemantics
+from tilevm.vm.interp_global_races import GlobalRaces
 from tilevm.vm.interp_state import AsyncCopy, limit_hint
 from tilevm.vm.interp_values import array_dtype, convert_scalar, from_host, to_host
 
@@ -134,27 +139,36 @@ def run(program: Program, args: Sequence[Any], *, check_races: bool = True,
 
 
 def run_together(launches: Sequence[tuple[Program, Sequence[Any]]], *,
-                 seed: int | None = None, **options: Any) -> None:
+                 seed: int | None = None, check_global_races: bool = True,
+                 **options: Any) -> None:
     """Run the launches' blocks interleaved, as kernels running at the same time on the
     GPU (a producer and a consumer synchronized by `tile_post` / `tile_wait`; module
     docstring, "Blocks that wait"): arguments that are the same numpy array are the
     same memory. `seed` picks the interleaving; None runs the blocks in order, the
-    first launch's first. `options` as `run`'s."""
+    first launch's first. `check_global_races`: report unordered accesses to another
+    block's writes. `options` as `run`'s."""
     interpreters = []
     for program, args in launches:
         interp = Interpreter(program, **options)
         interp.prepare(args)
         interpreters.append(interp)
     scheduler = BlockScheduler(seed)
+    blocks = [(k, block) for k, interp in enumerate(interpreters) for block in interp.blocks()]
+    races = GlobalRaces(len(blocks)) if check_global_races else None
     tasks = []
-    for k, interp in enumerate(interpreters):
-        for block in interp.blocks():
-            state = copy.copy(interp)
-            state.scheduler = scheduler
-            key = (k, block) if len(interpreters) > 1 else block
-            state.task = Task(key, functools.partial(state._run_block, block))
-            tasks.append(state.task)
+    for number, (k, block) in enumerate(blocks):
+        state = copy.copy(interpreters[k])
+        state.scheduler, state.races, state.block_id = scheduler, races, number
+        key = (k, block) if len(interpreters) > 1 else block
+        state.task = Task(key, functools.partial(_start_block, state, block))
+        tasks.append(state.task)
     scheduler.run(tasks)
+
+
+def _start_block(state: Interpreter, block: tuple[int, int, int]) -> None:
+    if state.races is not None:
+        state.races.start(state.block_id)
+    state._run_block(block)
 
 
 # ---- helpers -----------------------------------------------------------------------------
