@@ -15,8 +15,12 @@ steps wander between orders of about equal speed, late ones only descend.
 Determinism: the random stream is drawn the same way at every step (one draw for the
 move, whatever it consumes, and one for the acceptance, used or not), so for one seed
 and the same measurements the trajectory and the winner are the same. Measured times
-vary from run to run; `min_gain` keeps a new best from replacing the incumbent unless
-it is faster by more than that fraction (the caller passes twice the measured spread).
+vary from run to run, so decisions use them only to within `min_gain` (the caller
+passes twice the measured spread): a new best must be faster than the incumbent by
+more than that fraction, and the acceptance's `delta` is rounded down to a multiple of
+it, so a proposal within `min_gain` of the current state counts as equal (always
+taken). Two runs whose measurements differ by less than the spread then take the same
+decisions, but where a ratio sits at the edge of a multiple.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ def anneal(start: State, neighbour: Callable[[State, random.Random], State],
         seconds = measure(proposal)
         accepted = False
         if seconds is not None:
-            delta = seconds / current_s - 1
+            delta = _rounded(seconds / current_s - 1, min_gain)
             accepted = delta <= 0 or draw < math.exp(-delta / temperature)
             if accepted:
                 current, current_s = proposal, seconds
@@ -90,6 +94,13 @@ def anneal(start: State, neighbour: Callable[[State, random.Random], State],
         trace.append(Step(seconds, accepted, temperature, best_s))
         temperature *= cooling
     return AnnealResult(best, best_s, tuple(trace))
+
+
+def _rounded(delta: float, unit: float) -> float:
+    """`delta` rounded towards 0 to a multiple of `unit` (itself when `unit` is 0)."""
+    if unit <= 0:
+        return delta
+    return math.copysign(math.floor(abs(delta) / unit) * unit, delta)
 
 
 @dataclass(frozen=True)
