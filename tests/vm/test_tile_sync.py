@@ -206,3 +206,16 @@ def test_atomics_order_the_split_k_reduction():
     run(program, alone)
     run_together([(program, together)], seed=4)
     assert np.array_equal(alone[4], together[4], equal_nan=True)
+
+
+def test_a_program_with_a_producer_warp_cannot_synchronize_tiles():
+    @tv.kernel(num_warps=4)
+    def split(sem: tv.ptr(tv.int32), x: tv.ptr(tv.f16, const=True)):
+        tv.grid(1)
+        tv.producer_warp()
+        tv.tile_wait(tv.global_view(sem, [1]), [0], 1)
+
+    with pytest.raises(VMError, match="tile_wait: a program with a producer warp cannot "
+                                      "synchronize tiles") as caught:
+        run(split.specialize(), [np.zeros(1, np.int32), np.zeros(8, np.float16)])
+    assert "test_tile_sync.py" in str(caught.value)
