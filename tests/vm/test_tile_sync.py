@@ -219,3 +219,15 @@ def test_a_program_with_a_producer_warp_cannot_synchronize_tiles():
                                       "synchronize tiles") as caught:
         run(split.specialize(), [np.zeros(1, np.int32), np.zeros(8, np.float16)])
     assert "test_tile_sync.py" in str(caught.value)
+
+
+def test_too_many_waiting_blocks_at_once_is_a_clear_error(monkeypatch):
+    """Each started block holds a thread; past `MAX_THREADS` at once the run stops with
+    an error saying so, not a hang or a crash."""
+    from tilevm.vm import interp_blocks
+
+    monkeypatch.setattr(interp_blocks, "MAX_THREADS", 2)
+    x = np.arange(4 * BLOCK, dtype=np.float32)
+    h, sem, out = np.zeros_like(x), np.zeros(4, np.int32), np.zeros_like(x)
+    with pytest.raises(VMError, match="more than 2 blocks are started and unfinished"):
+        run_together(launches(x, h, sem, out, generation=1)[::-1])  # consumers wait first
