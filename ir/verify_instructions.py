@@ -135,37 +135,43 @@ def _check_writable(ctx: Context, inst: ins.Instruction, dst: Tensor) -> None:
 
 
 def check_tile_post(ctx: Context, inst: ins.TilePost) -> None:
-    _check_writable(ctx, inst, _check_semaphore(ctx, inst, inst.value, "value"))
+    _check_tile_sync(ctx, inst)
+    _check_writable(ctx, inst, _check_int32_element(ctx, inst, "sem", inst.offsets,
+                                                    inst.value, "value",
+                                                    "a semaphore is int32"))
 
 
 def check_tile_wait(ctx: Context, inst: ins.TileWait) -> None:
-    _check_semaphore(ctx, inst, inst.expected, "expected")
+    _check_tile_sync(ctx, inst)
+    _check_int32_element(ctx, inst, "sem", inst.offsets, inst.expected, "expected",
+                         "a semaphore is int32")
 
 
-def _check_semaphore(ctx: Context, inst: ins.TilePost | ins.TileWait, count: Any,
-                     what: str) -> Tensor:
+def _check_tile_sync(ctx: Context, inst: ins.TilePost | ins.TileWait) -> None:
     if ctx.program.producer_warps:
         fail(f"{inst.opname}: a program with a producer warp cannot synchronize tiles "
              f"(its warps would wait apart); write it without tv.producer_warp")
-    sem = use(ctx, inst.sem, "sem", (G,))
-    if sem.type.dtype != INT32:
-        fail(f"{inst.opname}: %{sem.name} is {sem.type.dtype}; a semaphore is int32")
-    check_offsets(ctx, inst.offsets, sem)
+
+
+def _check_int32_element(ctx: Context, inst: ins.Instruction, field: str, offsets: Any,
+                         count: Any, what: str, rule: str) -> Tensor:
+    """The one int32 element of global memory that `atomic_add`, `tile_post` and
+    `tile_wait` work on (the tensor in `inst.<field>`; `rule` says why a non-int32 one
+    is refused) and the int32 count they add or wait for; returns the tensor."""
+    tensor = use(ctx, getattr(inst, field), field, (G,))
+    if tensor.type.dtype != INT32:
+        fail(f"{inst.opname}: %{tensor.name} is {tensor.type.dtype}; {rule}")
+    check_offsets(ctx, offsets, tensor)
     kind = check_int_expr(ctx, count, what)
     if kind.bits > 32:
         fail(f"{inst.opname}: the {what} {expr_text(count)} is {kind}; it must fit int32")
-    return sem
+    return tensor
 
 
 def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
-    dst = use(ctx, inst.dst, "dst", (G,))
-    if dst.type.dtype != INT32:
-        fail(f"atomic_add: %{dst.name} is {dst.type.dtype}; atomic_add works on int32")
-    _check_writable(ctx, inst, dst)
-    check_offsets(ctx, inst.offsets, dst)
-    value = check_int_expr(ctx, inst.value, "value")
-    if value.bits > 32:
-        fail(f"atomic_add: the value {expr_text(inst.value)} is {value}; it must fit int32")
+    _check_writable(ctx, inst, _check_int32_element(ctx, inst, "dst", inst.offsets,
+                                                    inst.value, "value",
+                                                    "atomic_add works on int32"))
     if not isinstance(inst.out, Var) or inst.out.dtype != INT32:
         fail(f"atomic_add: out must be an int32 scalar variable, got {short(inst.out)}")
     ctx.declare_var(inst.out, "atomic_add")

@@ -144,46 +144,37 @@ class MemorySemantics(InterpreterState):
     def exec_atomic_add(self, inst: ins.AtomicAdd) -> None:
         """`out = dst[offsets]; dst[offsets] += value` (int32, wrapping). Blocks run one
         after another, so each block's step is atomic and sees every earlier block's."""
-        view = self._global(inst.dst)
-        buffer = view.buffer
-        if buffer.param.type.readonly:
-            self._fail(f"atomic_add through the readonly pointer {buffer.param.name} "
-                       f"({buffer.param.type})")
-        offsets = self._eval_offsets(inst.offsets, len(view.shape), "atomic_add")
-        mask, bitpos = self._global_elements(view, offsets, (1,) * len(view.shape))
-        if not mask.all():
-            self._fail(f"atomic_add: the element at {[int(o) for o in offsets]} is outside "
-                       f"{inst.dst} (shape {list(view.shape)})")
-        code = int(read_codes(buffer.mem, bitpos, 32)[0])  # two's complement
-        added = (code + self._eval_int(inst.value, "value")) % 2**32
-        write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
-        self.scalars[inst.out] = code - 2**32 if code >= 2**31 else code
+        buffer, bitpos, _ = self._int32_element(inst.dst, inst.offsets, inst.opname,
+                                                writes=True)
+        self.scalars[inst.out] = _add_int32(buffer, bitpos, self._eval_int(inst.value, "value"))
         if self.races is not None:  # acquire and release, on this element
             key = self.races.element(buffer, bitpos)
             self.races.acquire(self.block_id, key)
             self.races.release(self.block_id, key)
 
-    # ---- tile synchronization -------------------------------------------------------------
-    def _semaphore(self, inst: ins.TilePost | ins.TileWait
-                   ) -> tuple[Any, np.ndarray, list[int]]:
-        """The semaphore's buffer, the bit address of its element, and its offsets."""
-        view = self._global(inst.sem)
-        offsets = self._eval_offsets(inst.offsets, len(view.shape), inst.opname)
-        mask, bitpos = self._global_elements(view, offsets, (1,) * len(view.shape))
+    def _int32_element(self, tensor: Tensor, offsets: Any, op: str, *, writes: bool
+                       ) -> tuple[Any, np.ndarray, list[int]]:
+        """The buffer, bit address and offsets of the one int32 element of global memory
+        that `atomic_add`, `tile_post` and `tile_wait` work on (inside the view; never
+        written through a readonly pointer)."""
+        view = self._global(tensor)
+        buffer = view.buffer
+        if writes and buffer.param.type.readonly:
+            self._fail(f"{op} through the readonly pointer {buffer.param.name} "
+                       f"({buffer.param.type})")
+        at = self._eval_offsets(offsets, len(view.shape), op)
+        mask, bitpos = self._global_elements(view, at, (1,) * len(view.shape))
         if not mask.all():
-            self._fail(f"{inst.opname}: the element at {[int(o) for o in offsets]} is "
-                       f"outside {inst.sem} (shape {list(view.shape)})")
-        return view.buffer, bitpos, [int(o) for o in offsets]
+            self._fail(f"{op}: the element at {[int(o) for o in at]} is outside {tensor} "
+                       f"(shape {list(view.shape)})")
+        return buffer, bitpos, [int(o) for o in at]
 
+    # ---- tile synchronization -------------------------------------------------------------
     def exec_tile_post(self, inst: ins.TilePost) -> None:
         """`sem[offsets] += value` (int32, wrapping), then other blocks may run."""
-        buffer, bitpos, _ = self._semaphore(inst)
-        if buffer.param.type.readonly:
-            self._fail(f"tile_post through the readonly pointer {buffer.param.name} "
-                       f"({buffer.param.type})")
-        code = int(read_codes(buffer.mem, bitpos, 32)[0])
-        added = (code + self._eval_int(inst.value, "value")) % 2**32
-        write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
+        buffer, bitpos, _ = self._int32_element(inst.sem, inst.offsets, inst.opname,
+                                                writes=True)
+        _add_int32(buffer, bitpos, self._eval_int(inst.value, "value"))
         if self.races is not None:
             self.races.release(self.block_id, self.races.element(buffer, bitpos))
         if self.scheduler is not None:
@@ -192,12 +183,12 @@ class MemorySemantics(InterpreterState):
     def exec_tile_wait(self, inst: ins.TileWait) -> None:
         """Other blocks run until `(int32)(sem[offsets] - expected) >= 0`; a wait no
         block left can satisfy is a deadlock (`interp_blocks`)."""
-        buffer, bitpos, offsets = self._semaphore(inst)
+        buffer, bitpos, offsets = self._int32_element(inst.sem, inst.offsets, inst.opname,
+                                                      writes=False)
         expected = self._eval_int(inst.expected, "expected")
 
         def value() -> int:
-            code = int(read_codes(buffer.mem, bitpos, 32)[0])
-            return code - 2**32 if code >= 2**31 else code
+            return _add_int32(buffer, bitpos, 0)
 
         def reached() -> bool:
             return (value() - expected) % 2**32 < 2**31
@@ -485,3 +476,13 @@ class MemorySemantics(InterpreterState):
             sel = sites == s
             ok[sel] = (owners[alloc.w_elem[units[sel]]] == threads[sel, None]).any(axis=1)
         return ok
+
+
+def _add_int32(buffer: Any, bitpos: np.ndarray, value: int) -> int:
+    """`element += value` on the int32 at `bitpos` (wrapping); returns the old value
+    (adding 0 reads it)."""
+    code = int(read_codes(buffer.mem, bitpos, 32)[0])  # two's complement
+    if value:
+        added = (code + value) % 2**32
+        write_codes(buffer.mem, bitpos, np.array([added], dtype=np.uint64), 32)
+    return code - 2**32 if code >= 2**31 else code

@@ -76,13 +76,9 @@ def atomic_add(dst: Any, offsets: Any, value: Any = 1) -> Scalar:
     `atomic_add` on that element comes after it (`ir.instructions.AtomicAdd`): the last
     of `n` blocks to count in (`old == n - 1`) may read what the others wrote."""
     b = builder_for("tv.atomic_add")
-    t = tile_in(dst, "tv.atomic_add destination", MemorySpace.GLOBAL)
-    if t.dtype != _dtypes.parse("int32"):
-        raise VMError(f"tv.atomic_add needs an int32 tensor, got {t.dtype}")
-    if isinstance(value, Tile) or not (isinstance(value, Scalar) or fv.is_number(value)):
-        raise VMError(f"tv.atomic_add value must be an integer scalar, got {fv.describe(value)}")
+    t = _int32_tensor(dst, "tv.atomic_add", "destination", "tensor")
     return Scalar(b.atomic_add(t.tensor, offsets_of(offsets, t.ndim, "tv.atomic_add"),
-                               fv.to_expr(value, "tv.atomic_add value")))
+                               _count(value, "tv.atomic_add value")))
 
 
 def tile_post(sem: Any, offsets: Any, value: Any = 1) -> None:
@@ -90,7 +86,7 @@ def tile_post(sem: Any, offsets: Any, value: Any = 1) -> None:
     global memory, releasing the block's earlier global writes to the blocks (of this
     kernel or one running beside it) that `tile_wait` for it (docs/tile-sync.md)."""
     b = builder_for("tv.tile_post")
-    t = _semaphore(sem, "tv.tile_post")
+    t = _int32_tensor(sem, "tv.tile_post", "semaphore", "semaphore tensor")
     b.tile_post(t.tensor, offsets_of(offsets, t.ndim, "tv.tile_post"),
                 _count(value, "tv.tile_post value"))
 
@@ -101,19 +97,23 @@ def tile_wait(sem: Any, offsets: Any, expected: Any) -> None:
     released are visible here. The interpreter reports a wait no post can satisfy as a
     deadlock at this line."""
     b = builder_for("tv.tile_wait")
-    t = _semaphore(sem, "tv.tile_wait")
+    t = _int32_tensor(sem, "tv.tile_wait", "semaphore", "semaphore tensor")
     b.tile_wait(t.tensor, offsets_of(offsets, t.ndim, "tv.tile_wait"),
                 _count(expected, "tv.tile_wait expected"))
 
 
-def _semaphore(sem: Any, what: str) -> Tile:
-    t = tile_in(sem, f"{what} semaphore", MemorySpace.GLOBAL)
+def _int32_tensor(value: Any, what: str, role: str, noun: str) -> Tile:
+    """The int32 global tensor of an atomic or a semaphore (`role` names the argument,
+    `noun` what it must be)."""
+    t = tile_in(value, f"{what} {role}", MemorySpace.GLOBAL)
     if t.dtype != _dtypes.parse("int32"):
-        raise VMError(f"{what} needs an int32 semaphore tensor, got {t.dtype}")
+        raise VMError(f"{what} needs an int32 {noun}, got {t.dtype}")
     return t
 
 
 def _count(value: Any, what: str) -> Any:
+    """An integer scalar's expression (what an atomic adds, a post adds, a wait waits
+    for)."""
     if isinstance(value, Tile) or not (isinstance(value, Scalar) or fv.is_number(value)):
         raise VMError(f"{what} must be an integer scalar, got {fv.describe(value)}")
     return fv.to_expr(value, what)

@@ -3,6 +3,8 @@ the whole block."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import llvmlite.ir as ir
 
 from tilevm.backend.llvm.context import KernelContext
@@ -10,6 +12,8 @@ from tilevm.backend.llvm.lowering.barrier import emit_barrier
 from tilevm.backend.llvm.shared_buffer import shared_scratch
 from tilevm.backend.llvm.types import I1, I32, I64, PTR
 from tilevm.ir import instructions as ins
+from tilevm.ir.expr import Expr
+from tilevm.ir.types import Tensor
 
 
 def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
@@ -20,13 +24,7 @@ def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
     reads after the additions it saw. An element outside `dst` adds nothing (the result
     is 0; the interpreter reports it as an error)."""
     b = cg.b
-    view = cg.tensors[inst.dst.name]
-    index, inside = view.offset, ir.Constant(I1, 1)
-    for o, extent, stride in zip(inst.offsets, view.shape, view.strides):
-        coord = cg.i64(o)
-        inside = b.and_(inside, b.and_(b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
-                                       b.icmp_signed("<", coord, extent)))
-        index = b.add(index, b.mul(coord, stride))
+    index, inside = int32_element(cg, inst.dst, inst.offsets)
     value = cg.expr(inst.value, inst.out.dtype)
     slot = shared_scratch(cg)
     atom = ir.InlineAsm(ir.FunctionType(I32, [PTR, I32]),
@@ -34,7 +32,7 @@ def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
                         side_effect=True)
     emit_barrier(cg)
     with b.if_then(b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
-        ptr = b.gep(view.base, [index], source_etype=I32)
+        ptr = b.gep(cg.tensors[inst.dst.name].base, [index], source_etype=I32)
         with b.if_else(inside) as (then, otherwise):
             with then:
                 old = b.call(atom, [ptr, value])
@@ -47,3 +45,19 @@ def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
         b.store(result, slot)
     emit_barrier(cg)
     cg.scalars[inst.out.name] = b.load(slot, typ=I32)
+
+
+def int32_element(cg: KernelContext, tensor: Tensor, offsets: Sequence[Expr]
+                  ) -> tuple[ir.Value, ir.Value]:
+    """The index of the int32 element `tensor[offsets]` of global memory (an atomic
+    counter, a semaphore: `tile_sync`) in its view's base pointer, and whether it lies
+    inside the view."""
+    b = cg.b
+    view = cg.tensors[tensor.name]
+    index, inside = view.offset, ir.Constant(I1, 1)
+    for o, extent, stride in zip(offsets, view.shape, view.strides):
+        coord = cg.i64(o)
+        inside = b.and_(inside, b.and_(b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
+                                       b.icmp_signed("<", coord, extent)))
+        index = b.add(index, b.mul(coord, stride))
+    return index, inside

@@ -21,8 +21,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from tilevm.backend.llvm.context import KernelContext
+from tilevm.backend.llvm.lowering.atomic import int32_element
 from tilevm.backend.llvm.lowering.barrier import emit_barrier
-from tilevm.backend.llvm.types import I1, I32, I64, PTR
+from tilevm.backend.llvm.types import I32, PTR
 from tilevm.ir import instructions as ins
 
 FIRST_SLEEP_NS = 32
@@ -72,15 +73,8 @@ def lower_tile_wait(cg: KernelContext, inst: ins.TileWait) -> None:
 def _element(cg: KernelContext, inst: ins.TilePost | ins.TileWait
              ) -> tuple[ir.Value, ir.Value]:
     """The semaphore element's address, and whether it lies inside `sem`."""
-    b = cg.b
-    view = cg.tensors[inst.sem.name]
-    index, inside = view.offset, ir.Constant(I1, 1)
-    for o, extent, stride in zip(inst.offsets, view.shape, view.strides):
-        coord = cg.i64(o)
-        inside = b.and_(inside, b.and_(b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
-                                       b.icmp_signed("<", coord, extent)))
-        index = b.add(index, b.mul(coord, stride))
-    return b.gep(view.base, [index], source_etype=I32), inside
+    index, inside = int32_element(cg, inst.sem, inst.offsets)
+    return cg.b.gep(cg.tensors[inst.sem.name].base, [index], source_etype=I32), inside
 
 
 def _thread0(cg: KernelContext) -> ir.Value:
