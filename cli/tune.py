@@ -107,14 +107,17 @@ def _tuned_qmm(args: argparse.Namespace) -> str:
     hopper = device.arch == "sm_90a"
     where = f"{wdtype} g{args.group_size} M={M} N={N} K={K} on {device.name}"
     print(f"timing the grid for {where}", file=sys.stderr)
+    # the random weights and inputs, made once for the grid and every search
+    problem = QmmProblem(wdtype, M, N, K, group_size=args.group_size, seed=args.seed)
     start, grid_s, timed = grid_schedule(wdtype, M, N, K, hopper=hopper,
-                                         group_size=args.group_size)
+                                         group_size=args.group_size, problem=problem)
     print(f"  the grid's best of {timed}: {start} ({grid_s * 1e6:.2f} us)", file=sys.stderr)
     steps = {} if args.steps is None else {"level1_steps": args.steps,
                                            "level2_steps": args.steps}
     tuned = tune_problem(wdtype, M, N, K, start=start, hopper=hopper, seed=args.seed,
                          budget_s=args.budget, level3_steps=args.level3 if hopper else 0,
-                         group_size=args.group_size, verify=not args.no_verify, **steps)
+                         group_size=args.group_size, verify=not args.no_verify,
+                         problem=problem, **steps)
     for level, kernel in tuned.after.items():
         print(f"  after {level}: {tuned.times_s[level] * 1e6:.2f} us  {kernel.schedule}"
               f"{'  (PTX order moved)' if kernel.ptx else ''}"
@@ -127,8 +130,7 @@ def _tuned_qmm(args: argparse.Namespace) -> str:
                           for s in tuned.sanitizers), file=sys.stderr)
     for level in tuned.undone:
         print(f"  undone: {level}", file=sys.stderr)
-    key = problem_key(device.name, QmmProblem(wdtype, 1, N, K,
-                                              group_size=args.group_size).timed, M)
+    key = problem_key(device.name, problem.timed, M)
     kept_us = tuned.times_s[[lv for lv, k in tuned.after.items() if k == tuned.kernel][-1]]
     entry = {"schedule": asdict(tuned.schedule), "us": round(kept_us * 1e6, 2),
              "search": {"grid": asdict(start), "seed": args.seed,

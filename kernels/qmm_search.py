@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm_problem import QmmProblem
 from tilevm.kernels.schedule import Schedule, candidates, schedule_point, schedule_space
+from tilevm.kernels.weight_format import code_type
 from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.control_search import ControlSearch, search_controls
 from tilevm.tune.order_search import OrderSearch, search_order
@@ -81,12 +82,13 @@ class ScheduleSearch:
 def search_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, start: Schedule,
                     steps: int, seed: int, hopper: bool, group_size: int = 128,
                     repeat: int = 20, timeout_s: float = 120.0, budget_s: float = 600.0,
-                    min_gain: float = 0.0) -> ScheduleSearch:
+                    min_gain: float = 0.0, problem: QmmProblem | None = None
+                    ) -> ScheduleSearch:
     """Anneal the schedule of this problem from `start` for at most `steps` proposals
-    and `budget_s` seconds (module docstring)."""
+    and `budget_s` seconds (module docstring); `problem`: its inputs, if made already."""
     if repeat < 1:
         raise ValueError(f"the search times its candidates: repeat must be >= 1, got {repeat}")
-    problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
+    problem = _problem(wdtype, M, N, K, group_size, seed, problem)
     space = schedule_space(K, group_size, hopper=hopper, bits=problem.wdtype.bits)
     first = schedule_point(space, start)
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
@@ -152,11 +154,12 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
                  hopper: bool, seed: int = 1, budget_s: float = 600.0,
                  level1_steps: int = 60, level2_steps: int = 150, level3_steps: int = 0,
                  group_size: int = 128, repeat: int = 20, samples: int = SAMPLES,
-                 verify: bool = True, timeout_s: float = 120.0) -> Tuned:
+                 verify: bool = True, timeout_s: float = 120.0,
+                 problem: QmmProblem | None = None) -> Tuned:
     """Levels 1, 2 and (with `level3_steps`) 3 from `start`, and the final checks
-    (module docstring)."""
+    (module docstring); `problem`: its inputs, if made already."""
     began = time.monotonic()
-    problem = QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
+    problem = _problem(wdtype, M, N, K, group_size, seed, problem)
     shares = LEVEL_SHARES[level3_steps > 0]
     first = TunedKernel(start)
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
@@ -174,7 +177,7 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
     level1 = search_schedule(wdtype, M, N, K, start=start, steps=level1_steps, seed=seed,
                              hopper=hopper, group_size=group_size, repeat=repeat,
                              timeout_s=timeout_s, budget_s=shares[0] * budget_s,
-                             min_gain=min_gain)
+                             min_gain=min_gain, problem=problem)
     kept = after["level 1"] = better(first, TunedKernel(level1.best))
     program, inputs = problem.program(kept.schedule), problem.inputs(kept.schedule)
     level2 = search_order(program, inputs, steps=level2_steps, seed=seed, repeat=repeat,
@@ -202,13 +205,14 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
 
 
 def grid_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, hopper: bool,
-                  group_size: int = 128, repeat: int = 20, timeout_s: float = 120.0
-                  ) -> tuple[Schedule, float, int]:
+                  group_size: int = 128, repeat: int = 20, timeout_s: float = 120.0,
+                  problem: QmmProblem | None = None) -> tuple[Schedule, float, int]:
     """The grid's best schedule of this problem timed in the runner, as the searches
     time (L2 cold, `ROUNDS` alternating rounds), without torch: (the schedule, its
     median seconds, how many were timed). The dequantize-then-multiply pairs are left
-    out (two launches, which the runner does not time)."""
-    problem = QmmProblem(wdtype, M, N, K, group_size=group_size)
+    out (two launches, which the runner does not time). `problem`: its inputs, if made
+    already."""
+    problem = _problem(wdtype, M, N, K, group_size, 0, problem)
     grid = [TunedKernel(s) for s in candidates(M, N, K, group_size, hopper=hopper,
                                                bits=problem.wdtype.bits) if not s.dequant]
     if not grid:
@@ -216,6 +220,21 @@ def grid_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, hopper: boo
     times = _head_to_head(problem, grid, repeat, timeout_s)
     best = min(range(len(grid)), key=times.__getitem__)
     return grid[best].schedule, times[best], len(grid)
+
+
+def _problem(wdtype: DataType | str, M: int, N: int, K: int, group_size: int, seed: int,
+             given: QmmProblem | None) -> QmmProblem:
+    """`given` (its random weights made once for every search of a problem), checked
+    against the problem's fields, or a new one."""
+    if given is None:
+        return QmmProblem(wdtype, M, N, K, group_size=group_size, seed=seed)
+    fields = (code_type(wdtype), M, N, K, group_size)
+    if (given.wdtype, given.M, given.N, given.K, given.group_size) != fields:
+        raise ValueError(f"the inputs given are of another problem: "
+                         f"{given.wdtype} M={given.M} N={given.N} K={given.K} "
+                         f"g{given.group_size}, not {fields[0]} M={M} N={N} K={K} "
+                         f"g{group_size}")
+    return given
 
 
 def _timed(runner: Runner, problem: QmmProblem, kernel: TunedKernel) -> float:

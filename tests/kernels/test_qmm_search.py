@@ -159,3 +159,14 @@ def test_gpu_tune_problem_on_a_small_problem():
     assert tuned.undone == ()
     kept = [level for level, k in tuned.after.items() if k == tuned.kernel][-1]
     assert tuned.times_s[kept] <= tuned.times_s["start"]
+
+
+def test_inputs_of_another_problem_are_refused():
+    from tilevm.kernels.qmm_problem import QmmProblem
+
+    other = QmmProblem("int4", 16, 256, 512)
+    start = candidates(16, 256, 1024, 128, hopper=False, bits=4)[0]
+    with pytest.raises(ValueError, match="the inputs given are of another problem: int4 "
+                                         "M=16 N=256 K=512 g128, not int4 M=16 N=256 K=1024"):
+        qmm_search.search_schedule("int4", 16, 256, 1024, start=start, steps=1, seed=0,
+                                   hopper=False, problem=other)
