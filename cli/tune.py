@@ -131,8 +131,7 @@ def _tuned_qmm(args: argparse.Namespace) -> str:
     for level in tuned.undone:
         print(f"  undone: {level}", file=sys.stderr)
     key = problem_key(device.name, problem.timed, M)
-    kept_us = tuned.times_s[[lv for lv, k in tuned.after.items() if k == tuned.kernel][-1]]
-    entry = {"schedule": asdict(tuned.schedule), "us": round(kept_us * 1e6, 2),
+    entry = {"schedule": asdict(tuned.schedule), "us": round(tuned.kept_s * 1e6, 2),
              "search": {"grid": asdict(start), "seed": args.seed,
                         "times_us": {k: round(v * 1e6, 3) for k, v in tuned.times_s.items()},
                         "values_checked": checks.samples if checks else None,
