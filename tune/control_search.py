@@ -22,7 +22,6 @@ gate: safe edits change no arithmetic).
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -121,10 +120,11 @@ def search_controls(program: Program, inputs: Sequence[Sequence[Any]], *, steps:
             return outcome.seconds if outcome.valid and \
                 outcome.outputs == reference.outputs else None
 
+        # (a state is its own key: control bits and machine code map one to one, so
+        # no cubin is built, nor hashed, to find a repeat)
         found = anneal_measured(
             original, lambda s, rng: neighbour_controls(original, s, rng), run,
-            steps=steps, seed=seed, budget_s=budget_s, min_gain=min_gain,
-            key=lambda controls: hashlib.sha256(edited(controls).data).hexdigest())
+            steps=steps, seed=seed, budget_s=budget_s, min_gain=min_gain)
     return ControlSearch(edited(found.annealing.best).data, found.annealing.best_s,
                          found.start_s, found.annealing, found.ran, found.repeated,
                          found.rejected)

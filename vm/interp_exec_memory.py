@@ -210,10 +210,9 @@ class MemorySemantics(InterpreterState):
 
     def _race_site(self, inst: ins.Instruction) -> int:
         """The race checker's record of `inst`'s line (made once per instruction)."""
-        sites = self.__dict__.setdefault("_race_sites", {})
-        site = sites.get(id(inst))
+        site = self.race_sites.get(id(inst))
         if site is None:
-            site = sites[id(inst)] = self.races.site(
+            site = self.race_sites[id(inst)] = self.races.site(
                 f"{inst.loc} ({inst.opname})" if inst.loc else inst.opname)
         return site
 

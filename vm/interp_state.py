@@ -110,6 +110,9 @@ class InterpreterState:
         self.scheduler: Any = None  # interp_blocks.BlockScheduler
         self.task: Any = None  # this block's interp_blocks.Task
         self.races: Any = None  # interp_global_races.GlobalRaces of a synchronized run
+        # the races' record of each instruction's line, by id: one dict every block's
+        # copy of this state shares, so a line is recorded once, not once a block
+        self.race_sites: dict[int, int] = {}
         self.block_id = 0  # this block's number in that run
 
     # ---- arguments and grid -------------------------------------------------------------

@@ -36,6 +36,7 @@ a producer that waits on its consumer, directly or through others.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,16 +59,16 @@ def tile_of(block: Any, columns: int) -> tuple[Any, Any]:
     return block // columns, block % columns
 
 
-class TilePolicy:
+class TilePolicy(ABC):
     """What every policy answers (module docstring)."""
 
+    @abstractmethod
     def post_index(self, producer_tile: Any) -> Any:
         """The semaphore producer tile `producer_tile` posts to."""
-        raise NotImplementedError
 
+    @abstractmethod
     def waited(self, consumer_tile: Any) -> list[Any]:
         """The semaphores consumer tile `consumer_tile` waits for."""
-        raise NotImplementedError
 
     def posts(self) -> int:
         """How many posts each waited semaphore receives per call."""
