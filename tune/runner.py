@@ -83,14 +83,13 @@ def run_candidates(candidates: Sequence[Candidate], inputs: Sequence[Sequence[An
 class Runner:
     """Candidates run one at a time on fixed inputs (`run`), in a worker process that
     is replaced after a failure; close it (or use `with`) to end the worker. `cold_l2`:
-    time with L2 cold (module docstring), else warm; `keep_arrays`: the outcomes carry
-    the written arrays themselves (`Outcome.arrays`), not only their digests;
-    `launcher`: a command the worker runs under (compute-sanitizer, `tune.verify`);
-    `grace_s`: how long a worker that failed a candidate may take to exit by itself
-    before it is killed (a launcher may still be writing its report)."""
+    time with L2 cold (module docstring), else warm; `launcher`: a command the worker
+    runs under (compute-sanitizer, `tune.verify`); `grace_s`: how long a worker that
+    failed a candidate may take to exit by itself before it is killed (a launcher may
+    still be writing its report)."""
 
     def __init__(self, inputs: Sequence[Sequence[Any]], *, repeat: int = 20,
-                 timeout_s: float = 60.0, cold_l2: bool = True, keep_arrays: bool = False,
+                 timeout_s: float = 60.0, cold_l2: bool = True,
                  launcher: Sequence[str] = (), grace_s: float = 0.0) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -98,8 +97,7 @@ class Runner:
             raise ValueError(f"repeat must be >= 0, got {repeat}")
         self.inputs: dict[str, list[list[Any]]] = {"": [list(args) for args in inputs]}
         self.repeat, self.timeout_s, self.cold_l2 = repeat, timeout_s, cold_l2
-        self.keep_arrays, self.launcher = keep_arrays, list(launcher)
-        self.grace_s = grace_s
+        self.launcher, self.grace_s = list(launcher), grace_s
         self._worker: _Worker | None = None
 
     def add_inputs(self, name: str, inputs: Sequence[Sequence[Any]]) -> None:
@@ -108,14 +106,20 @@ class Runner:
             raise ValueError(f"input sets {name!r} are registered already")
         self.inputs[name] = [list(args) for args in inputs]
 
-    def run(self, candidate: Candidate) -> Outcome:
+    def discard_inputs(self, name: str) -> None:
+        """Forget the input sets `name` (the worker keeps only the newest anyway)."""
+        del self.inputs[name]
+
+    def run(self, candidate: Candidate, *, keep_arrays: bool = False) -> Outcome:
+        """The candidate's outcome; with `keep_arrays` it carries the written arrays
+        themselves (`Outcome.arrays`), not only their digests."""
         if candidate.inputs not in self.inputs:
             raise ValueError(f"no input sets named {candidate.inputs!r}: register them "
                              f"with add_inputs")
         if self._worker is None:
             self._worker = _Worker(self.launcher)
         outcome = self._worker.run(candidate, self.inputs[candidate.inputs],
-                                   (self.repeat, self.cold_l2, self.keep_arrays),
+                                   (self.repeat, self.cold_l2, keep_arrays),
                                    self.timeout_s)
         if outcome.error is not None:  # the worker is gone or unusable: a new one next
             self._worker.close(self.grace_s)

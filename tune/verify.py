@@ -94,7 +94,7 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
     if samples < 1 or batch < 1:
         raise ValueError(f"samples and batch must be >= 1, got {samples} and {batch}")
     compared, sets, failures = 0, 0, []
-    with Runner([], repeat=0, timeout_s=timeout_s, keep_arrays=compare is not None) as runner:
+    with Runner([], repeat=0, timeout_s=timeout_s) as runner:
         while compared < samples and len(failures) < KEPT_FAILURES:
             # one set first; then as many as the values per set so far say are left
             count = 1 if sets == 0 else \
@@ -102,7 +102,7 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
             inputs = [list(make_inputs(sets + k)) for k in range(count)]
             name = f"samples{sets}"
             runner.add_inputs(name, inputs)
-            outcome = runner.run(_on(candidate, name))
+            outcome = runner.run(_on(candidate, name), keep_arrays=compare is not None)
             if not outcome.valid:
                 failures.append(f"input sets {sets}-{sets + count - 1}: {outcome.error}")
                 break
@@ -126,7 +126,7 @@ def check_samples(candidate: Candidate, make_inputs: Callable[[int], Sequence[An
                     values = _written_values(candidate.program, args)
                 compared += values
             sets += count
-            del runner.inputs[name]
+            runner.discard_inputs(name)
     return SampleCheck(compared, sets, tuple(failures[:KEPT_FAILURES]))
 
 

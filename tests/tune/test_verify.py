@@ -38,21 +38,23 @@ class ArrayRunner:
 
     runs: list = []
 
-    def __init__(self, inputs, *, repeat, timeout_s, keep_arrays):
+    def __init__(self, inputs, *, repeat, timeout_s):
         self.inputs = {"": inputs}
-        self.keep_arrays = keep_arrays
 
     def add_inputs(self, name, inputs):
         self.inputs[name] = inputs
 
-    def run(self, candidate):
+    def discard_inputs(self, name):
+        del self.inputs[name]
+
+    def run(self, candidate, *, keep_arrays=False):
         from tilevm.tune.runner import Outcome
 
         ArrayRunner.runs.append((candidate.ptx, len(self.inputs[candidate.inputs])))
         outs = [(np.asarray(a[0]) + np.asarray(a[1]) + (candidate.ptx == "wrong"))
                 .astype(np.float32) for a in self.inputs[candidate.inputs]]
         return Outcome(outputs=tuple((o.tobytes().hex()[:16],) for o in outs), seconds=None,
-                       arrays=tuple((o,) for o in outs) if self.keep_arrays else None)
+                       arrays=tuple((o,) for o in outs) if keep_arrays else None)
 
     def __enter__(self):
         return self
