@@ -1,0 +1,73 @@
+"""`tilevm.bench.mlp_sync`: its copy -> copy pair copies every element under any
+interleaving of its blocks (interpreter), its summary picks the faster policy and
+compares it with the serialized time, and on the GPU one small run checks its outputs
+(bitwise, and against float64) and writes its report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tilevm.bench import mlp_sync
+from tilevm.bench.mlp_sync import copy_then_post, summarize, wait_then_copy
+from tilevm.vm.interpreter import run_together
+
+BLOCK = 64
+
+
+@pytest.mark.parametrize("sync, seed", [(True, 0), (True, 1), (True, None), (False, None)])
+def test_the_copy_pair_copies_every_element(sync, seed):
+    n = 5 * BLOCK - 7  # ragged
+    a = np.random.default_rng(seed or 0).standard_normal(n).astype(np.float32)
+    b, c = np.zeros_like(a), np.zeros_like(a)
+    sem = np.zeros(5, np.int32)
+    first = copy_then_post.specialize(block=BLOCK, sync=sync)
+    second = wait_then_copy.specialize(block=BLOCK, sync=sync)
+    if sync:  # the consumer's blocks first: they must wait for their tile
+        run_together([(second, [b, c, sem, n, 1]), (first, [a, b, sem, n])], seed=seed)
+        assert (sem == 1).all()
+    else:
+        run_together([(first, [a, b, sem, n])])
+        run_together([(second, [b, c, sem, n, 1])])
+    np.testing.assert_array_equal(c, a)
+
+
+def test_summary_takes_the_faster_policy_and_the_faster_serialized_time():
+    rows = [
+        {"layer": "8b", "wdtype": "int4", "M": 128, "policy": "row", "synchronized": False,
+         "us": 100.0, "chosen": True},
+        {"layer": "8b", "wdtype": "int4", "M": 128, "policy": "row", "synchronized": True,
+         "us": 90.0, "chosen": True},
+        {"layer": "8b", "wdtype": "int4", "M": 128, "policy": "tile", "synchronized": False,
+         "us": 98.0, "chosen": False},
+        {"layer": "8b", "wdtype": "int4", "M": 128, "policy": "tile", "synchronized": True,
+         "us": 80.0, "chosen": False},
+    ]
+    (cell,) = summarize(rows)
+    assert cell["serialized_us"] == 98.0 and cell["best"] == "tile"
+    assert cell["speedup"] == pytest.approx(98.0 / 80.0)
+    assert cell["chosen"] == "row" and not cell["chosen_is_best"]
+
+
+@pytest.mark.gpu
+def test_gpu_a_small_run_checks_its_outputs_and_writes_the_report(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs sm_90")
+    assert mlp_sync.main([str(tmp_path), "--layers", "8b", "--wdtypes", "int4",
+                          "--m", "200"]) == 0
+    report = json.loads((tmp_path / "mlp_sync.json").read_text())
+    assert report["copy"]["sync_correct"] and report["copy"]["plain_correct"]
+    assert report["copy"]["tiles"] % torch.cuda.get_device_properties(0) \
+        .multi_processor_count == 0
+    for row in report["rows"]:
+        if row["synchronized"]:
+            assert row["bitwise_equal"]
+        else:
+            assert row["h_error"] < 1e-2 and row["y_error"] < 1e-2
+        assert row["us"] > 0
+    (cell,) = report["cells"]
+    assert cell["M"] == 200 and cell["best"] in ("row", "tile")
+    assert "| 8b | int4 | 200 |" in (tmp_path / "mlp_sync.md").read_text()
