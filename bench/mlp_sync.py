@@ -88,6 +88,12 @@ def _pointers(*tensors: Any) -> list[int]:
     return [int(t.data_ptr()) for t in tensors]
 
 
+def _semaphore_rows(calls: int, count: int, torch: Any) -> Any:
+    """`calls` rows of `count` int32 semaphores, each row 16-byte aligned (as the
+    kernels' pointers must be)."""
+    return torch.zeros((calls, -(-count // 4) * 4), dtype=torch.int32, device="cuda")
+
+
 def _launch_pairs(launches: list[tuple[Any, list[int], Any, list[int]]]) -> None:
     """Each (producer, its pointers, consumer, its pointers) on the current stream."""
     stream = _stream()
@@ -142,7 +148,7 @@ def measure_copy(torch: Any) -> dict[str, Any]:
     n = tiles * COPY_BLOCK
     a = torch.randn(n, device="cuda")
     b, c = torch.empty_like(a), torch.empty_like(a)
-    sems = torch.zeros((GRAPH_CALLS, tiles), dtype=torch.int32, device="cuda")
+    sems = _semaphore_rows(GRAPH_CALLS, tiles, torch)
     row: dict[str, Any] = {"tiles": tiles, "blocks_per_sm": per_sm, "bytes": 4 * n}
     for sync, (first, second) in pairs.items():
         launches = [(first.prepare(a, b, sems[i], n), _pointers(a, b, sems[i]),
@@ -214,8 +220,8 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
         constants = dict(wdtype=code_type(wdtype), policy=policy, **CONFIG)
         make = compiled_kernel(make_k.specialize(**constants))
         use = compiled_kernel(use_k.specialize(producer_bn=PRODUCER_BN, **constants))
-        count = semaphores(policy, M, F, CONFIG["bm"], PRODUCER_BN)
-        sems = torch.zeros((calls, count), dtype=torch.int32, device="cuda")
+        sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], PRODUCER_BN),
+                               torch)
         for synced in (False, True):
             launches = []
             for i in range(calls):
