@@ -210,7 +210,9 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
     """Every policy, synchronized and serialized, on one layer and M (module docstring)."""
     H, F = layer.H, layer.F
     make_k, use_k = mlp_kernels("f16")
-    x = torch.rand((M, H), device="cuda").half() * 2 - 1
+    # x in [-1, 1] / sqrt(H): the random weights are O(1) where a model's are
+    # O(1 / sqrt(K)), and silu(gate) * up, then y, must stay within f16
+    x = ((torch.rand((M, H), device="cuda") * 2 - 1) * H ** -0.5).half()
     h = torch.empty((M, F), dtype=torch.float16, device="cuda")
     y = torch.empty((M, H), dtype=torch.float16, device="cuda")
     rows = torch.linspace(0, M - 1, min(M, CHECKED_ROWS), device="cuda").round().long()

@@ -5,6 +5,7 @@ ir/expr.py and of `elementwise`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -325,7 +326,8 @@ def _approx_f32(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
     """exp, log, log2 of an f32 through PTX `ex2.approx.f32` / `lg2.approx.f32` (relative
     error about 2^-22). exp(x) = 2^t * 2^e with t = x*log2(e) rounded and e its rounding
     error (an fma and the low part of log2(e)); 2^e ~ 1 + e*ln2 is one more fma. Where e is
-    not finite (x = +-inf or NaN), 2^t is the answer (0, inf or NaN)."""
+    not finite (x = +-inf or NaN) or 2^t overflows, 2^t is the answer (0, inf or NaN):
+    the fma would make inf * (e*ln2 < 0) + inf, a NaN, for half the x past 88.7."""
     f32 = x.type
     if op in ("log", "log2"):
         fn = b.module.globals.get("llvm.nvvm.lg2.approx.f") or ir.Function(
@@ -338,4 +340,6 @@ def _approx_f32(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
     e = b.fadd(e, b.fmul(x, ir.Constant(f32, _LOG2E_LO)))
     p = b.call(intrinsic(b, "llvm.exp2", f32, [f32]), [t])
     refined = b.call(fma, [p, b.fmul(e, ir.Constant(f32, _LN2)), p])
-    return b.select(b.fcmp_ordered("ord", e, e), refined, p)
+    finite = b.and_(b.fcmp_ordered("ord", e, e),
+                    b.fcmp_ordered("<", p, ir.Constant(f32, math.inf)))
+    return b.select(finite, refined, p)
