@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "vm"))
 from test_tile_sync import consumer, producer  # noqa: E402
 
-SYNC = re.compile(r"\b(bar\.sync|fence\.acq_rel\.gpu|red\.release\.gpu\.global\.add\.s32|"
+SYNC = re.compile(r"\b(bar\.sync|fence\.acq_rel\.gpu|red\.relaxed\.gpu\.global\.add\.s32|"
                   r"ld\.acquire\.gpu\.global\.s32|nanosleep\.u32|ld\.global\.nc)\b")
 
 
@@ -28,7 +28,7 @@ SYNC = re.compile(r"\b(bar\.sync|fence\.acq_rel\.gpu|red\.release\.gpu\.global\.
 def test_a_post_is_barrier_fence_release_and_a_wait_acquire_spin_then_barrier(arch):
     post = compiled_ptx(producer.specialize(), arch)
     assert SYNC.findall(post) == ["bar.sync", "fence.acq_rel.gpu",
-                                  "red.release.gpu.global.add.s32"]
+                                  "red.relaxed.gpu.global.add.s32"]
     wait = compiled_ptx(consumer.specialize(), arch)
     found = SYNC.findall(wait)
     assert "ld.global.nc" not in found
