@@ -9,9 +9,10 @@ Two measurements of issue 47 (docs/tile-sync.md), both with the graph method of
   the same copies without any sync instruction, launched one after the other: the
   overhead of the mechanism where it can gain nothing.
 - **the quantized MLP** (`kernels.mlp_sync`: gate_up with the silu * up epilogue, then
-  down) on Llama-3 shapes: each policy's pair synchronized (down a dependent launch
-  that waits on semaphores) against the same pair serialized (down launched plainly,
-  after gate_up has finished), and which policy `choose_policy` picks.
+  down) on Llama-3 shapes: each policy's pair, with down split in `SPLITS` ways,
+  synchronized (down a dependent launch that waits on semaphores) against the same
+  pairs serialized (down launched plainly, after gate_up has finished: split-K alone),
+  and which policy `choose_policy` picks.
 
 Graph method: R copies of the weights, together at least 3x the L2, used round robin;
 one CUDA graph holds about 30 calls; replayed once to warm, then 5 replays timed with
@@ -41,13 +42,20 @@ from tilevm.backend.launch import compiled_kernel
 from tilevm.bench.weights import make_weights
 from tilevm.cost.hardware import gpu_for_device
 from tilevm.cost.model import Resources
-from tilevm.kernels.mlp_sync import POLICIES, choose_policy, mlp_kernels, semaphores
+from tilevm.kernels.mlp_sync import (
+    POLICIES,
+    choose_policy,
+    mlp_kernels,
+    semaphores,
+    workspace,
+)
 from tilevm.kernels.weight_format import code_type
 from tilevm.vm import lang as tv
 
 LAYERS = {"8b": (4096, 14336), "70b": (8192, 28672)}  # (hidden H, intermediate F)
 CONFIG = dict(group_size=128, bm=128, bk=64, num_warps=4, stages=4, lead=2, prefetch=2)
 PRODUCER_BN = 128  # gate_up's tile columns (32 per warp)
+SPLITS = (1, 2, 4)  # down's split_k
 GRAPH_CALLS = 30
 L2_MULTIPLE = 3
 CHECKED_ROWS = 16
@@ -209,7 +217,8 @@ def _relative_error(got: Any, want: Any) -> float:
 
 def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                 gpu_name: str) -> list[dict[str, Any]]:
-    """Every policy, synchronized and serialized, on one layer and M (module docstring)."""
+    """Every policy and split of down, synchronized and serialized, on one layer and M
+    (module docstring)."""
     H, F = layer.H, layer.F
     make_k, use_k = mlp_kernels("f16")
     # x in [-1, 1] / sqrt(H): the random weights are O(1) where a model's are
@@ -220,12 +229,17 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
     rows = torch.linspace(0, M - 1, min(M, CHECKED_ROWS), device="cuda").round().long()
     calls = GRAPH_CALLS // len(layer.copies) * len(layer.copies)
     results, outputs = [], {}
-    for policy in POLICIES:
+    for policy, split_k in ((p, s) for p in POLICIES for s in SPLITS):
         constants = dict(wdtype=code_type(wdtype), policy=policy, **CONFIG)
-        make = compiled_kernel(make_k.specialize(**constants))
-        use = compiled_kernel(use_k.specialize(producer_bn=PRODUCER_BN, **constants))
-        sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], PRODUCER_BN),
-                               torch)
+        make = compiled_kernel(make_k.specialize(down_split_k=split_k, **constants))
+        use = compiled_kernel(use_k.specialize(producer_bn=PRODUCER_BN, split_k=split_k,
+                                               **constants))
+        sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], PRODUCER_BN,
+                                                 split_k), torch)
+        # (the pairs run one after another: one workspace serves every call)
+        words, counters = workspace(M, H, CONFIG["bm"], PRODUCER_BN, split_k)
+        ws = torch.zeros(max(words, 4), dtype=torch.float32, device="cuda")
+        counts = torch.zeros(max(counters, 4), dtype=torch.int32, device="cuda")
         for synced in (False, True):
             launches = []
             for i in range(calls):
@@ -233,8 +247,9 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                 launches.append((
                     make.prepare(x, wgu, sgu, sgu, h, sems[i], M, 2 * F, H),
                     _pointers(x, wgu, sgu, sgu, h, sems[i]),
-                    use.prepare(h, wdn, sdn, sdn, y, sems[i], M, H, F, 1, dependent=synced),
-                    _pointers(h, wdn, sdn, sdn, y, sems[i])))
+                    use.prepare(h, wdn, sdn, sdn, y, sems[i], ws, counts, M, H, F, 1,
+                                dependent=synced),
+                    _pointers(h, wdn, sdn, sdn, y, sems[i], ws, counts)))
 
             def enqueue(launches=launches, sems=sems) -> None:
                 sems.zero_()
@@ -244,16 +259,16 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
             y.fill_(float("nan"))
             enqueue()
             torch.cuda.synchronize()
-            outputs[policy, synced] = y.clone()
+            outputs[policy, split_k, synced] = y.clone()
             row = {"layer": name, "wdtype": wdtype, "M": M, "H": H, "F": F,
-                   "policy": policy, "synchronized": synced, "copies": len(layer.copies),
-                   "gpu": gpu_name}
+                   "policy": policy, "split_k": split_k, "synchronized": synced,
+                   "copies": len(layer.copies), "gpu": gpu_name}
             if not synced:
                 want_h, want_y = layer.reference(x, h, rows)
                 row["h_error"] = _relative_error(h[rows], want_h)
                 row["y_error"] = _relative_error(y[rows], want_y)
             else:
-                row["bitwise_equal"] = bool(torch.equal(y, outputs[policy, False]))
+                row["bitwise_equal"] = bool(torch.equal(y, outputs[policy, split_k, False]))
             row["us"] = graph_seconds(enqueue, torch) / calls * 1e6
             results.append(row)
     gpu = gpu_for_device(gpu_name)
@@ -268,18 +283,18 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per cell: serialized (the faster policy's), each policy's synchronized time, the
-    best speedup, the measured best policy and whether `choose_policy` picked it."""
+    """Per cell: the best serialized time over every policy and split of down (split-K
+    alone), each policy's best synchronized time and its split, the speedup of the best
+    policy over serialized, and whether `choose_policy` picked the best policy."""
     cells: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         cell = cells.setdefault((r["layer"], r["wdtype"], r["M"]),
                                 {"layer": r["layer"], "wdtype": r["wdtype"], "M": r["M"]})
-        if r["synchronized"]:
-            cell[f"{r['policy']}_us"] = r["us"]
-            if r.get("chosen"):
-                cell["chosen"] = r["policy"]
-        else:
-            cell["serialized_us"] = min(cell.get("serialized_us", float("inf")), r["us"])
+        key = f"{r['policy']}" if r["synchronized"] else "serialized"
+        if r["us"] < cell.get(f"{key}_us", float("inf")):
+            cell[f"{key}_us"], cell[f"{key}_split"] = r["us"], r.get("split_k", 1)
+        if r["synchronized"] and r.get("chosen"):
+            cell["chosen"] = r["policy"]
     for cell in cells.values():
         best = min(POLICIES, key=lambda p: cell[f"{p}_us"])
         cell["best"] = best
@@ -294,14 +309,16 @@ def format_markdown(report: dict[str, Any]) -> str:
              f"copy -> copy, one wave ({c['tiles']} tiles, {c['bytes'] >> 20} MiB): "
              f"plain {c['plain_us']:.2f} us, synchronized {c['sync_us']:.2f} us, overhead "
              f"{100 * c['overhead']:+.1f}%", "",
-             "| layer | weights | M | serialized us | " +
-             " | ".join(f"{p} us" for p in POLICIES) +
-             " | speedup | best | chosen |", "|---|---|---|---|" + "---|" * len(POLICIES) +
-             "---|---|---|"]
+             "us per MLP call; `(s)`: down's split_k; serialized: the best of every "
+             "policy and split launched one after the other", "",
+             "| layer | weights | M | serialized | " +
+             " | ".join(POLICIES) + " | speedup | best | chosen |",
+             "|---|---|---|---|" + "---|" * len(POLICIES) + "---|---|---|"]
     for cell in report["cells"]:
-        lines.append(f"| {cell['layer']} | {cell['wdtype']} | {cell['M']} | "
-                     f"{cell['serialized_us']:.1f} | " +
-                     " | ".join(f"{cell[f'{p}_us']:.1f}" for p in POLICIES) +
+        times = [f"{cell[f'{k}_us']:.1f} ({cell[f'{k}_split']})"
+                 for k in ("serialized", *POLICIES)]
+        lines.append(f"| {cell['layer']} | {cell['wdtype']} | {cell['M']} | " +
+                     " | ".join(times) +
                      f" | {cell['speedup']:.3f} | {cell['best']} | {cell.get('chosen', '-')} |")
     return "\n".join(lines) + "\n"
 

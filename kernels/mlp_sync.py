@@ -18,17 +18,24 @@ Two policies (the compile-time constant `policy` of both kernels, one value for 
 pair):
 
 - "row" (cuSync's RowSync, the row tile as the semaphore): a down block waits once,
-  before its first load of h, for all `2F / bn` gate_up tiles of its row. The gate_up
-  blocks take their tiles in groups of rows (`grouped_tiles`), so a row's tiles finish
-  together. Semaphores: one a row tile.
+  before its first load of h, for every gate_up tile of its row whose columns of h it
+  reads: all `2F / bn` of them, or with `split_k` those in its split's range of K
+  (one semaphore per row tile and split; gate_up, told `down_split_k`, posts to the
+  split that reads its columns). Semaphores: `[rows, split_k]`.
 - "tile" (TileSync on the tiles of h): a down block waits, before it copies each k-tile
   of h, for the one gate_up tile that wrote those columns, so it starts on a row as
   soon as its first tiles exist. Semaphores: one a gate_up tile, `[rows, 2F / bn]`.
 
-`choose_policy` picks from the cost model's waves of gate_up (cuSync's rule): "tile"
-when its tiles fit in one wave (the down blocks then have SMs to start on while the
-wave runs), "row" for more (fewer waits). The pair runs in the interpreter
-(`run_together`) as the specification; split-K is left out (`split_k = 1`).
+The order of gate_up's tiles decides which policy can overlap: its blocks take them in
+groups of `group_m` row tiles, a column tile at a time (`grouped_tiles`, for L2 reuse),
+so up to `group_m` row tiles of h fill in column by column, together, and a row is
+complete only at the group's end. "tile" (and "row" with several splits) let down
+start on the first columns while gate_up's last wave runs; one split of "row" waits
+for whole rows. `choose_policy` picks from the cost model's waves of gate_up.
+
+The pair shares `bm`, `bk` and `stages` (down's splits are whole iterations of
+`stages * bk` rows of K, which gate_up computes to post to the right split). It runs in
+the interpreter (`run_together`) as the specification.
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
@@ -41,15 +48,17 @@ from tilevm.cost.hardware import GPU
 from tilevm.cost.model import Resources, blocks_per_sm, waves
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type
-from tilevm.kernels.qmm_wgmma import store_transposed, wgmma_mainloop
+from tilevm.kernels.qmm_wgmma import split_range, store_output, wgmma_mainloop
 from tilevm.layouts import local
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
 __all__ = ["mlp_kernels", "interleave_gate_up", "store_silu_mul", "choose_policy",
-           "semaphores", "POLICIES"]
+           "semaphores", "workspace", "split_of", "POLICIES"]
 
 POLICIES = ("row", "tile")
+# Beyond this many waves of gate_up "row" beat "tile" on the H100 (docs/tile-sync.md)
+TILE_SYNC_MAX_WAVES = 4
 
 
 def interleave_gate_up(w_gate: np.ndarray, w_up: np.ndarray, bn: int) -> np.ndarray:
@@ -90,19 +99,38 @@ def store_silu_mul(h, acc, acc_layout, act, M, F, n0, m0, num_warps: int, buffer
     tv.store_global(tv.global_view(h, [F, M], strides=[1, F]), tv.cast(value, act), [n0, m0])
 
 
-def semaphores(policy: str, M: int, F: int, bm: int, bn: int) -> int:
-    """How many int32 semaphores the pair takes (module docstring)."""
+def semaphores(policy: str, M: int, F: int, bm: int, bn: int, split_k: int = 1) -> int:
+    """How many int32 semaphores the pair takes (module docstring); `split_k`: down's."""
     rows = -(-M // bm)
-    return rows if policy == "row" else rows * (2 * F // bn)
+    return rows * split_k if policy == "row" else rows * (2 * F // bn)
+
+
+def workspace(M: int, H: int, bm: int, bn: int, split_k: int) -> tuple[int, int]:
+    """(f32 words, int32 counters) down's split-K reduction takes (none without)."""
+    if split_k == 1:
+        return 0, 0
+    tiles = -(-M // bm) * -(-H // bn)
+    return split_k * tiles * bm * bn, tiles
+
+
+def split_of(column, K, chunk: int, split_k: int):
+    """The split (`split_range`) whose rows of K hold row `column` of h."""
+    return ((column // chunk + 1) * split_k - 1) // tv.cdiv(K, chunk)
 
 
 def choose_policy(M: int, F: int, bm: int, bn: int, gpu: GPU, resources: Resources) -> str:
-    """"tile" if gate_up's tiles fit in one wave of `gpu` (its blocks holding
-    `resources`: `cost.model.blocks_per_sm`), else "row" (module docstring)."""
+    """The policy for gate_up's waves on `gpu` (its blocks holding `resources`:
+    `cost.model.blocks_per_sm`): "tile" for more than one wave and at most
+    `TILE_SYNC_MAX_WAVES`, else "row". In one wave gate_up's tiles all finish together:
+    there is nothing to overlap, and "row" waits least. Past one wave, "tile" lets down
+    start on the columns of h the earlier waves finished while the last one runs; but
+    the overlap is at most that last wave, a shrinking share of the pair as the waves
+    grow, while "tile"'s waits (one a k-tile of down) grow with down."""
     occupancy = blocks_per_sm(gpu, resources.threads, resources.registers_per_thread,
                               resources.shared_bytes)
     tiles = -(-M // bm) * (2 * F // bn)
-    return "tile" if waves(gpu, tiles, occupancy.blocks_per_sm).waves <= 1 else "row"
+    count = waves(gpu, tiles, occupancy.blocks_per_sm).waves
+    return "tile" if 1 < count <= TILE_SYNC_MAX_WAVES else "row"
 
 
 def _check_policy(policy: str) -> None:
@@ -121,7 +149,8 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
                     K: tv.int32, *, wdtype: DataType = tv.int4, group_size: int = 128,
                     has_zeros: bool = False, bm: int = 128, bk: int = 64,
                     num_warps: int = 4, stages: int = 4, group_m: int = 8, lead: int = 2,
-                    prefetch: int = 2, half_atoms: bool = False, policy: str = "row"):
+                    prefetch: int = 2, half_atoms: bool = False, policy: str = "row",
+                    down_split_k: int = 1):
         _check_policy(policy)
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N2, K, act, wdtype, group_size, has_zeros, bm, bk,
@@ -129,8 +158,11 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
         tv.assume(N2 % bn == 0)  # whole tiles: each holds a gate and an up block
         store_silu_mul(h, acc, acc_layout, act, M, N2 // 2, n_tile * (bn // 2), m0,
                        num_warps, buffers)
-        if policy == "row":
-            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm)]), [m0 // bm], 1)
+        if policy == "row":  # the semaphore of down's split that reads these columns
+            split = split_of(n_tile * (bn // 2), N2 // 2, stages * bk, down_split_k) \
+                if down_split_k > 1 else 0
+            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), down_split_k]),
+                         [m0 // bm, split], 1)
         else:
             tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), N2 // bn]), [m0 // bm, n_tile],
                          1)
@@ -138,19 +170,26 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
     @tv.kernel(num_warps=4)
     def mlp_down(h: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
                  scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
-                 y: tv.ptr(act), sem: tv.ptr(tv.int32), M: tv.int32, N: tv.int32,
-                 K: tv.int32, generation: tv.int32, *, producer_bn: int = 128,
+                 y: tv.ptr(act), sem: tv.ptr(tv.int32), ws: tv.ptr(tv.f32),
+                 counters: tv.ptr(tv.int32), M: tv.int32, N: tv.int32, K: tv.int32,
+                 generation: tv.int32, *, producer_bn: int = 128,
                  wdtype: DataType = tv.int4, group_size: int = 128,
                  has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                  stages: int = 4, group_m: int = 8, lead: int = 2, prefetch: int = 2,
-                 half_atoms: bool = False, wide_stores: bool = False, policy: str = "row"):
+                 half_atoms: bool = False, wide_stores: bool = False, policy: str = "row",
+                 split_k: int = 1):
         _check_policy(policy)
         # K = F: a row of h is 2K / producer_bn gate_up tiles, each posting once a call
         producer_tiles = 2 * K // producer_bn
-        if policy == "row":
-            rows = tv.global_view(sem, [tv.cdiv(M, bm)])
+        if policy == "row":  # the posts of the gate_up tiles in this split's columns
+            split, posts = 0, producer_tiles
+            if split_k > 1:
+                split = tv.block_idx(2)
+                begin, end = split_range(split, K, stages * bk, split_k)
+                posts = tv.cdiv(tv.minimum(end, K) - begin, producer_bn // 2)
+            rows = tv.global_view(sem, [tv.cdiv(M, bm), split_k])
             waits = dict(before_loads=lambda m0: tv.tile_wait(
-                rows, [m0 // bm], generation * producer_tiles))
+                rows, [m0 // bm, split], generation * posts))
         else:  # the gate_up tile of h's columns [k, k + bk) (the last for copies past K)
             tv.static_assert((producer_bn // 2) % bk == 0,
                              f"a k-tile of h ({bk} columns) must lie in one gate_up tile "
@@ -161,10 +200,10 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
                 generation))
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             h, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
-            num_warps, stages, group_m, lead, prefetch, half_atoms, 1,
+            num_warps, stages, group_m, lead, prefetch, half_atoms, split_k,
             wait_previous=False, **waits)
-        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
-                         wide_stores)
+        store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
+                     split_k, num_warps, buffers, wide_stores)
 
     mlp_gate_up.name = f"mlp_gate_up_{act.name}"
     mlp_down.name = f"mlp_down_{act.name}"

@@ -117,14 +117,12 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     if before_loads is not None:
         before_loads(m0)
     atom_n0 = n_tile * atoms
-    # With split_k, split z takes iterations [z * C / split_k, (z + 1) * C / split_k)
-    # of the C = ceil(K / chunk) (splits differ by at most one); the views stay whole
-    # (the copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
+    # With split_k, split z takes its `split_range` of K; the views stay whole (the
+    # copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
     k_begin, k_len = 0, K
     if split_k > 1:
-        iterations = tv.cdiv(K, chunk)
-        k_begin = tv.block_idx(2) * iterations // split_k * chunk
-        k_len = (tv.block_idx(2) + 1) * iterations // split_k * chunk - k_begin
+        k_begin, k_end = split_range(tv.block_idx(2), K, chunk, split_k)
+        k_len = k_end - k_begin
 
     # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
     # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
@@ -153,10 +151,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
     zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
     for first in range(lead):  # (not `s`: a runtime loop would carry it)
-        if before_copy is not None:
-            before_copy(k_begin + first * bk, m0)
-        _copy_ktile(xs, ss, zs, first, gxt, gs, gz, k_begin + first * bk, m0, n0,
-                    group_size)
+        start_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, k_begin, k_len, m0, n0,
+                    group_size, split_k, before_copy)
         tv.copy_async_commit()
     w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
     acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
@@ -174,10 +170,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
             if has_zeros:
                 wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
             wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
-            if before_copy is not None:
-                before_copy(k_begin + k + lead * bk, m0)
-            _copy_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz,
-                        k_begin + k + lead * bk, m0, n0, group_size)
+            start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * bk,
+                        k_begin, k_len, m0, n0, group_size, split_k, before_copy)
             tv.copy_async_commit()
             acc = tv.dot(wt, xs[s], acc)
     tv.copy_async_wait(0)
@@ -202,24 +196,43 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, split_k)
-        if split_k > 1:  # as in `kernels.qmm` (`park_partial_sums`)
-            tiles_n = tv.cdiv(N, bn)
-            tiles = tiles_n * tv.cdiv(M, bm)
-            tile = m0 // bm * tiles_n + n_tile
-            parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
-            if arrived == split_k - 1:
-                total = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-                for i in tv.range(0, split_k):
-                    total = total + partial_sums(parts, i, tile, acc)
-                store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
-                                 buffers, wide_stores)
-                reset_count(counters, tiles, tile)
-        else:
-            store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
-                             wide_stores)
+        store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
+                     split_k, num_warps, buffers, wide_stores)
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
+
+
+def split_range(z, K, chunk: int, split_k: int):
+    """Rows [begin, end) of K that split `z` of `split_k` takes: whole iterations of the
+    main loop (`chunk` rows), the C = ceil(K / chunk) of them shared out so that splits
+    differ by at most one (`end` may pass K). A compile-time helper."""
+    iterations = tv.cdiv(K, chunk)
+    return z * iterations // split_k * chunk, (z + 1) * iterations // split_k * chunk
+
+
+@tv.inline
+def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int, bn: int,
+                 n_tile, n0, m0, split_k: int, num_warps: int, buffers, wide_stores: bool):
+    """The block's tile of y from its accumulators `acc` (`wgmma_mainloop`'s): stored
+    transposed; with `split_k`, its partial sums parked in the workspace `ws` and the
+    tile's last block to arrive (`counters`) adds the splits in order and stores, as in
+    `kernels.qmm` (`park_partial_sums`)."""
+    if split_k > 1:
+        tiles_n = tv.cdiv(N, bn)
+        tiles = tiles_n * tv.cdiv(M, bm)
+        tile = m0 // bm * tiles_n + n_tile
+        parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
+        if arrived == split_k - 1:
+            total = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
+            for i in tv.range(0, split_k):
+                total = total + partial_sums(parts, i, tile, acc)
+            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
+                             buffers, wide_stores)
+            reset_count(counters, tiles, tile)
+    else:
+        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
+                         wide_stores)
 
 
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
@@ -311,6 +324,27 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
         .local(1, 8)
     tv.store_global(tv.global_view(y, [M, N]),
                     tv.load_shared(out, [0, 0], [bm, bn], layout=rows), [m0, n0])
+
+
+@tv.inline
+def start_ktile(xs, ss, zs, buf, gxt, gs, gz, k, k_begin, k_len, m0, n0, group_size: int,
+                split_k: int, before_copy):
+    """Start copying k-tile `k` of the block's split (`_copy_ktile` at `k_begin + k`),
+    after `before_copy`'s wait if any. A split copies nothing past its `k_len` rows: they
+    are another split's (the main loop's look-ahead would read them, unused), which a
+    consumer's waits for its own split's rows do not cover."""
+    if split_k > 1:
+        if k < k_len:
+            _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k_begin + k, m0, n0, group_size,
+                           before_copy)
+    else:
+        _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy)
+
+
+def _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy):
+    if before_copy is not None:
+        before_copy(k, m0)
+    _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size)
 
 
 def _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):

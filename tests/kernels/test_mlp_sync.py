@@ -9,7 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilevm.kernels.mlp_sync import choose_policy, interleave_gate_up, mlp_kernels, semaphores
+from tilevm.kernels.mlp_sync import (
+    choose_policy,
+    interleave_gate_up,
+    mlp_kernels,
+    semaphores,
+    split_of,
+    workspace,
+)
+from tilevm.kernels.qmm_wgmma import split_range
 from tilevm.kernels.weight_format import FRAGMENTS, pack_weights
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.vm import lang as tv
@@ -37,17 +45,20 @@ def problem(seed):
     return x, gate_up, down
 
 
-def launches(x, gate_up, down, h, sem, y, generation, policy="row"):
+def launches(x, gate_up, down, h, sem, y, generation, policy="row", split_k=1):
     make, use = mlp_kernels("f16")
-    return [(make.specialize(policy=policy, **CONSTANTS),
+    words, counters = workspace(M, H, CONSTANTS["bm"], BN, split_k)
+    ws, counts = np.zeros(max(words, 1), np.float32), np.zeros(max(counters, 1), np.int32)
+    return [(make.specialize(policy=policy, down_split_k=split_k, **CONSTANTS),
              [x, gate_up.packed, gate_up.scales, gate_up.scales, h, sem, M, 2 * F, H]),
-            (use.specialize(producer_bn=BN, policy=policy, **CONSTANTS),
-             [h, down.packed, down.scales, down.scales, y, sem, M, H, F, generation])]
+            (use.specialize(producer_bn=BN, policy=policy, split_k=split_k, **CONSTANTS),
+             [h, down.packed, down.scales, down.scales, y, sem, ws, counts, M, H, F,
+              generation])]
 
 
-def buffers(policy="row"):
+def buffers(policy="row", split_k=1):
     return (np.full((M, F), np.nan, np.float16),
-            np.zeros(semaphores(policy, M, F, CONSTANTS["bm"], BN), np.int32),
+            np.zeros(semaphores(policy, M, F, CONSTANTS["bm"], BN, split_k), np.int32),
             np.full((M, H), np.nan, np.float16))
 
 
@@ -61,10 +72,11 @@ def test_the_interleaving_puts_gate_then_up_in_each_tile():
         interleave_gate_up(gate[:, :100], gate[:, :100], BN)
 
 
-def test_the_pair_computes_the_mlp():
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_the_pair_computes_the_mlp(split_k):
     x, gate_up, down = problem(0)
-    h, sem, y = buffers()
-    for program, args in launches(x, gate_up, down, h, sem, y, 1):
+    h, sem, y = buffers(split_k=split_k)
+    for program, args in launches(x, gate_up, down, h, sem, y, 1, split_k=split_k):
         run(program, args)
     w = np.asarray(gate_up.dequantize(), np.float64).reshape(H, F // 64, 2, 64)
     g = x.astype(np.float64) @ w[:, :, 0].reshape(H, F)
@@ -75,23 +87,37 @@ def test_the_pair_computes_the_mlp():
     want_y = h.astype(np.float64) @ np.asarray(down.dequantize(), np.float64)
     assert np.allclose(y.astype(np.float64), want_y, rtol=2e-3,
                        atol=2e-3 * np.abs(want_y).max())
-    assert sem[0] == 2 * F // BN
+    assert sem.sum() == 2 * F // BN  # each gate_up tile posted once
 
 
-@pytest.mark.parametrize("policy", ["row", "tile"])
+@pytest.mark.parametrize("policy, split_k", [("row", 1), ("tile", 1), ("row", 2),
+                                             ("row", 3), ("tile", 2)])
 @pytest.mark.parametrize("seed", range(3))
-def test_synchronized_runs_agree_with_serialized_ones(seed, policy):
+def test_synchronized_runs_agree_with_serialized_ones(seed, policy, split_k):
     x, gate_up, down = problem(seed)
-    h0, sem0, y0 = buffers(policy)
-    for program, args in launches(x, gate_up, down, h0, sem0, y0, 1, policy):
+    h0, sem0, y0 = buffers(policy, split_k)
+    for program, args in launches(x, gate_up, down, h0, sem0, y0, 1, policy, split_k):
         run(program, args)
-    h, sem, y = buffers(policy)
+    h, sem, y = buffers(policy, split_k)
     for generation in (1, 2):
         h[:], y[:] = np.nan, np.nan
-        run_together(launches(x, gate_up, down, h, sem, y, generation, policy)[::-1],
-                     seed=seed * 10 + generation)
+        run_together(launches(x, gate_up, down, h, sem, y, generation, policy,
+                              split_k)[::-1], seed=seed * 10 + generation)
         assert np.array_equal(h, h0) and np.array_equal(y, y0)
-    assert (sem == (2 if policy == "tile" else 2 * 2 * F // BN)).all()
+    assert sem.sum() == 2 * 2 * F // BN  # every gate_up tile posted once a call
+    if policy == "tile":
+        assert (sem == 2).all()
+
+
+@pytest.mark.parametrize("K, chunk, split_k", [(14336, 256, 4), (1024, 128, 3),
+                                               (128, 128, 2), (4096, 256, 7), (64, 256, 1)])
+def test_each_column_of_h_posts_to_the_split_that_reads_it(K, chunk, split_k):
+    ranges = [split_range(z, K, chunk, split_k) for z in range(split_k)]
+    assert ranges[0][0] == 0 and ranges[-1][1] >= K
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # no gap, no overlap
+    for column in range(0, K, 64):
+        z = split_of(column, K, chunk, split_k)
+        assert ranges[z][0] <= column < ranges[z][1], (column, z, ranges)
 
 
 def test_the_tile_policy_waits_inside_the_loop_and_the_row_policy_once():
@@ -105,23 +131,29 @@ def test_the_tile_policy_waits_inside_the_loop_and_the_row_policy_once():
         assert not any(i.opname == "wait_prerequisites" for i in instructions(program.body))
 
 
-def test_the_policy_is_tile_within_one_wave_and_row_beyond():
+def test_the_policy_is_tile_past_one_wave_of_gate_up_and_row_in_one_or_many():
     from tilevm.cost.hardware import gpu
     from tilevm.cost.model import Resources
 
     h100, one_block = gpu("h100"), Resources(128, 255, 150_000)  # 1 block per SM
-    # 8B MLP (F = 14336): 224 gate_up tiles per 128 rows: 1.7 waves at M = 128
-    assert choose_policy(128, 14336, 128, 128, h100, one_block) == "row"
-    # 132 SMs hold 132 tiles: F = 8448 at M = 128 is exactly one wave
-    assert choose_policy(128, 8448, 128, 128, h100, one_block) == "tile"
-    assert choose_policy(128, 8512, 128, 128, h100, one_block) == "row"
+    # 132 SMs hold 132 tiles of 128 rows x 128 columns (64 features of h): F = 8448
+    # at M = 128 is exactly one wave
+    assert choose_policy(128, 8448, 128, 128, h100, one_block) == "row"
+    assert choose_policy(128, 8512, 128, 128, h100, one_block) == "tile"
+    assert choose_policy(512, 8448, 128, 128, h100, one_block) == "tile"  # 4 waves
+    assert choose_policy(640, 8448, 128, 128, h100, one_block) == "row"  # 5
+    two_blocks = Resources(128, 255, 80_000)
+    # the 8B MLP (F = 14336): 224 gate_up tiles per 128 rows, 264 at a time
+    assert [choose_policy(m, 14336, 128, 128, h100, two_blocks)
+            for m in (128, 256, 512, 1024)] == ["row", "tile", "tile", "row"]
     with pytest.raises(Exception, match="policy must be one of"):
         mlp_kernels("f16")[0].specialize(policy="cols", **CONSTANTS)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("policy", ["row", "tile"])
-def test_gpu_synchronized_mlp_equals_serialized_and_the_reference(policy):
+@pytest.mark.parametrize("policy, split_k", [("row", 1), ("tile", 1), ("row", 3),
+                                             ("tile", 2)])
+def test_gpu_synchronized_mlp_equals_serialized_and_the_reference(policy, split_k):
     """sm_90: the pair on one stream, down a dependent launch (it may start while
     gate_up runs), 20 calls without resetting the semaphores, against the same kernels
     serialized and against float64."""
@@ -139,23 +171,31 @@ def test_gpu_synchronized_mlp_equals_serialized_and_the_reference(policy):
     x = rng.uniform(-1, 1, (m, h_size)).astype(np.float16)
     config = dict(CONSTANTS, bm=128, stages=4, lead=2, prefetch=2)
     make_kernel, use_kernel = mlp_kernels("f16")
-    make = compiled_kernel(make_kernel.specialize(policy=policy, **config))
-    use = compiled_kernel(use_kernel.specialize(producer_bn=BN, policy=policy, **config))
+    make = compiled_kernel(make_kernel.specialize(policy=policy, down_split_k=split_k,
+                                                  **config))
+    use = compiled_kernel(use_kernel.specialize(producer_bn=BN, policy=policy,
+                                                split_k=split_k, **config))
     xd = DeviceArray.from_numpy(x)
     wgu, sgu = DeviceArray.from_numpy(gate_up.packed), DeviceArray.from_numpy(gate_up.scales)
     wdn, sdn = DeviceArray.from_numpy(down.packed), DeviceArray.from_numpy(down.scales)
     hd, yd = DeviceArray.zeros((m, f), "f16"), DeviceArray.zeros((m, h_size), "f16")
-    sem = DeviceArray.zeros(semaphores(policy, m, f, 128, BN), "int32")
+    sem = DeviceArray.zeros(semaphores(policy, m, f, 128, BN, split_k), "int32")
+    words, counters = workspace(m, h_size, 128, BN, split_k)
+    ws = DeviceArray.zeros(max(words, 1), "f32")
+    counts = DeviceArray.zeros(max(counters, 1), "int32")
     stream = driver.call("stream", driver.bindings().cuStreamCreate(1))
     results = []
     for generation in range(1, 21):
         make(xd, wgu, sgu, sgu, hd, sem, m, 2 * f, h_size, stream=stream)
         if generation % 2:  # serialized: a plain launch after gate_up
-            use(hd, wdn, sdn, sdn, yd, sem, m, h_size, f, generation, stream=stream)
+            use(hd, wdn, sdn, sdn, yd, sem, ws, counts, m, h_size, f, generation,
+                stream=stream)
         else:
-            launch = use.prepare(hd, wdn, sdn, sdn, yd, sem, m, h_size, f, generation)
+            launch = use.prepare(hd, wdn, sdn, sdn, yd, sem, ws, counts, m, h_size, f,
+                                 generation)
             assert launch.dependent
-            launch.launch(int(stream), hd.ptr, wdn.ptr, sdn.ptr, sdn.ptr, yd.ptr, sem.ptr)
+            launch.launch(int(stream), hd.ptr, wdn.ptr, sdn.ptr, sdn.ptr, yd.ptr, sem.ptr,
+                          ws.ptr, counts.ptr)
         driver.call("sync", driver.bindings().cuStreamSynchronize(stream))
         results.append(yd.to_numpy().copy())
     assert all(np.array_equal(r, results[0]) for r in results)
