@@ -117,7 +117,9 @@ def _tuned_qmm(args: argparse.Namespace) -> str:
     tuned = tune_problem(wdtype, M, N, K, start=start, hopper=hopper, seed=args.seed,
                          budget_s=args.budget, level3_steps=args.level3 if hopper else 0,
                          group_size=args.group_size, verify=not args.no_verify,
-                         problem=problem, **steps)
+                         problem=problem, progress=lambda line: print(f"  {line}",
+                                                                      file=sys.stderr),
+                         **steps)
     for level, kernel in tuned.after.items():
         print(f"  after {level}: {tuned.times_s[level] * 1e6:.2f} us  {kernel.schedule}"
               f"{'  (PTX order moved)' if kernel.ptx else ''}"

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tilevm.dtypes import DataType
@@ -160,13 +160,21 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
                  level1_steps: int = 60, level2_steps: int = 150, level3_steps: int = 0,
                  group_size: int = 128, repeat: int = 20, samples: int = SAMPLES,
                  verify: bool = True, timeout_s: float = 120.0,
-                 problem: QmmProblem | None = None) -> Tuned:
+                 problem: QmmProblem | None = None,
+                 progress: Callable[[str], None] | None = None) -> Tuned:
     """Levels 1, 2 and (with `level3_steps`) 3 from `start`, and the final checks
-    (module docstring); `problem`: its inputs, if made already."""
+    (module docstring); `problem`: its inputs, if made already; `progress`, if given,
+    hears of each step as it starts (its name and the seconds since the call began)."""
     began = time.monotonic()
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(f"{name} ({time.monotonic() - began:.0f} s)")
+
     problem = _problem(wdtype, M, N, K, group_size, seed, problem)
     shares = LEVEL_SHARES[level3_steps > 0]
     first = TunedKernel(start)
+    step("timing the start's spread")
     with Runner([], repeat=repeat, timeout_s=timeout_s) as runner:
         runs = [_timed(runner, problem, first) for _ in range(SPREAD_RUNS)]
     spread = max(runs) / min(runs) - 1
@@ -179,18 +187,21 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
         return candidate if new < old * (1 - min_gain) else kept
 
     after = {"start": first}
+    step("level 1: the schedule's knobs")
     level1 = search_schedule(wdtype, M, N, K, start=start, steps=level1_steps, seed=seed,
                              hopper=hopper, group_size=group_size, repeat=repeat,
                              timeout_s=timeout_s, budget_s=shares[0] * budget_s,
                              min_gain=min_gain, problem=problem)
     kept = after["level 1"] = better(first, TunedKernel(level1.best))
     program, inputs = problem.program(kept.schedule), problem.inputs(kept.schedule)
+    step("level 2: the PTX order")
     level2 = search_order(program, inputs, steps=level2_steps, seed=seed, repeat=repeat,
                           timeout_s=timeout_s, budget_s=shares[1] * budget_s,
                           min_gain=min_gain)
     kept = after["level 2"] = better(kept, replace(kept, ptx=level2.ptx))
     level3 = None
     if level3_steps:
+        step("level 3: the control bits")
         level3 = search_controls(program, inputs, ptx=kept.ptx, steps=level3_steps,
                                  seed=seed, repeat=repeat, timeout_s=timeout_s,
                                  budget_s=shares[2] * budget_s, min_gain=min_gain)
@@ -198,7 +209,9 @@ def tune_problem(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sched
 
     checks, sanitized, undone = None, (), []
     if verify:
-        kept, checks, sanitized, undone = _verified(problem, after, samples, timeout_s)
+        kept, checks, sanitized, undone = _verified(problem, after, samples, timeout_s,
+                                                    step)
+    step("the final head-to-head")
     distinct = list(dict.fromkeys(after.values()))
     final = dict(zip(distinct, _head_to_head(problem, distinct, repeat, timeout_s)))
     if final[kept] > final[first]:  # a keep that did not hold up: never slower
@@ -269,7 +282,7 @@ def _head_to_head(problem: QmmProblem, kernels: Sequence[TunedKernel], repeat: i
 
 
 def _verified(problem: QmmProblem, after: dict[str, TunedKernel], samples: int,
-              timeout_s: float
+              timeout_s: float, step: Callable[[str], None]
               ) -> tuple[TunedKernel, SampleCheck, tuple[Sanitized, ...], list[str]]:
     """The final checks of the kept kernel (the last of `after`). A kernel that fails
     them is undone: the level that made it, and those that kept it, now map to the
@@ -283,15 +296,18 @@ def _verified(problem: QmmProblem, after: dict[str, TunedKernel], samples: int,
         program = problem.program(kernel.schedule)
         moved = kernel.ptx is not None or kernel.cubin is not None
         winner = _candidate(problem, kernel)
+        made = next(k for k, level in enumerate(levels) if after[level] == kernel)
+        step(f"the final checks of {levels[made]}'s kernel: {samples:,} values")
         checks = check_samples(
             winner, lambda i, s=kernel.schedule: problem.sample_inputs(s, i),
             reference=Candidate(program) if moved else None,
             compare=problem.check_outputs, samples=samples, timeout_s=timeout_s)
-        sanitized = tuple(sanitize(winner, problem.inputs(kernel.schedule)[1:], tool)
-                          for tool in ("memcheck", "racecheck")) if checks.passed else ()
-        if checks.passed and all(s.clean for s in sanitized) or kernel == after["start"]:
-            return kernel, checks, sanitized, undone
-        made = next(k for k, level in enumerate(levels) if after[level] == kernel)
+        reports = []
+        for tool in ("memcheck", "racecheck") if checks.passed else ():
+            step(f"compute-sanitizer {tool}")
+            reports.append(sanitize(winner, problem.inputs(kernel.schedule)[1:], tool))
+        if checks.passed and all(s.clean for s in reports) or kernel == after["start"]:
+            return kernel, checks, tuple(reports), undone
         undone.append(levels[made])
         for level in levels[made:]:
             after[level] = after[levels[made - 1]]

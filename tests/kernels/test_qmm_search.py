@@ -115,9 +115,18 @@ def test_tune_problem_keeps_what_beats_the_start_and_undoes_what_fails_a_check(
     monkeypatch.setattr(qmm_search, "sanitize", sanitize)
     M, N, K = 16, 256, 1024
     start = candidates(M, N, K, 128, hopper=False, bits=4)[0]
+    heard = []
     tuned = qmm_search.tune_problem("int4", M, N, K, start=start, hopper=False,
-                                    level1_steps=20, samples=1000)
+                                    level1_steps=20, samples=1000, progress=heard.append)
     assert tuned.spread == 0 and orders[0][1] == 0  # the fake times do not vary
+    steps = [line.rsplit(" (", 1)[0] for line in heard]  # (without the seconds)
+    checks = ["the final checks of level 2's kernel: 1,000 values",
+              "compute-sanitizer memcheck", "compute-sanitizer racecheck"]
+    if samples_fail_with_the_order:  # level 2's kernel fails: level 1's is checked
+        checks[1:] = ["the final checks of level 1's kernel: 1,000 values", *checks[1:]]
+    assert steps == ["timing the start's spread", "level 1: the schedule's knobs",
+                     "level 2: the PTX order", *checks, "the final head-to-head"]
+    assert all(line.endswith(" s)") for line in heard)
     if tuned.level1.best_s < tuned.level1.start_s:
         assert tuned.schedule == tuned.level1.best == tuned.after["level 1"].schedule
     times = tuned.times_s
