@@ -10,7 +10,8 @@ Two measurements of issue 47 (docs/tile-sync.md), both with the graph method of
   overhead of the mechanism where it can gain nothing.
 - **the quantized MLP** (`kernels.mlp_sync`: gate_up with the silu * up epilogue, then
   down) on Llama-3 shapes: each policy's pair, with down split in `SPLITS` ways,
-  synchronized (down a dependent launch that waits on semaphores) against the same
+  synchronized (down a dependent launch that waits on semaphores; and so with its
+  blocks capped at their even share per SM, `down_blocks_per_sm`) against the same
   pairs serialized (down launched plainly, after gate_up has finished: split-K alone),
   and which policy `choose_policy` picks.
 
@@ -45,6 +46,7 @@ from tilevm.cost.model import Resources
 from tilevm.kernels.mlp_sync import (
     POLICIES,
     choose_policy,
+    down_blocks_per_sm,
     mlp_kernels,
     semaphores,
     workspace,
@@ -227,6 +229,7 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
     h = torch.empty((M, F), dtype=torch.float16, device="cuda")
     y = torch.empty((M, H), dtype=torch.float16, device="cuda")
     rows = torch.linspace(0, M - 1, min(M, CHECKED_ROWS), device="cuda").round().long()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     calls = GRAPH_CALLS // len(layer.copies) * len(layer.copies)
     results, outputs = [], {}
     for policy, split_k in ((p, s) for p in POLICIES for s in SPLITS):
@@ -240,7 +243,8 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
         words, counters = workspace(M, H, CONFIG["bm"], PRODUCER_BN, split_k)
         ws = torch.zeros(max(words, 4), dtype=torch.float32, device="cuda")
         counts = torch.zeros(max(counters, 4), dtype=torch.int32, device="cuda")
-        for synced in (False, True):
+        cap = down_blocks_per_sm(M, H, CONFIG["bm"], PRODUCER_BN, split_k, sms)
+        for synced, spread in ((False, False), (True, False), (True, True)):
             launches = []
             for i in range(calls):
                 (wgu, sgu), (wdn, sdn) = layer.copies[i % len(layer.copies)]
@@ -248,7 +252,7 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                     make.prepare(x, wgu, sgu, sgu, h, sems[i], M, 2 * F, H),
                     _pointers(x, wgu, sgu, sgu, h, sems[i]),
                     use.prepare(h, wdn, sdn, sdn, y, sems[i], ws, counts, M, H, F, 1,
-                                dependent=synced),
+                                dependent=synced, max_blocks_per_sm=cap if spread else None),
                     _pointers(h, wdn, sdn, sdn, y, sems[i], ws, counts)))
 
             def enqueue(launches=launches, sems=sems) -> None:
@@ -262,6 +266,7 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
             outputs[policy, split_k, synced] = y.clone()
             row = {"layer": name, "wdtype": wdtype, "M": M, "H": H, "F": F,
                    "policy": policy, "split_k": split_k, "synchronized": synced,
+                   "blocks_per_sm_cap": cap if spread else None,
                    "copies": len(layer.copies), "gpu": gpu_name}
             if not synced:
                 want_h, want_y = layer.reference(x, h, rows)
@@ -284,8 +289,9 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per cell: the best serialized time over every policy and split of down (split-K
-    alone), each policy's best synchronized time and its split, the speedup of the best
-    policy over serialized, and whether `choose_policy` picked the best policy."""
+    alone), each policy's best synchronized time, its split and whether down's blocks
+    were capped, the speedup of the best policy over serialized, and whether
+    `choose_policy` picked the best policy."""
     cells: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         cell = cells.setdefault((r["layer"], r["wdtype"], r["M"]),
@@ -293,6 +299,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = f"{r['policy']}" if r["synchronized"] else "serialized"
         if r["us"] < cell.get(f"{key}_us", float("inf")):
             cell[f"{key}_us"], cell[f"{key}_split"] = r["us"], r.get("split_k", 1)
+            cell[f"{key}_capped"] = r.get("blocks_per_sm_cap") is not None
         if r["synchronized"] and r.get("chosen"):
             cell["chosen"] = r["policy"]
     for cell in cells.values():
@@ -309,13 +316,15 @@ def format_markdown(report: dict[str, Any]) -> str:
              f"copy -> copy, one wave ({c['tiles']} tiles, {c['bytes'] >> 20} MiB): "
              f"plain {c['plain_us']:.2f} us, synchronized {c['sync_us']:.2f} us, overhead "
              f"{100 * c['overhead']:+.1f}%", "",
-             "us per MLP call; `(s)`: down's split_k; serialized: the best of every "
-             "policy and split launched one after the other", "",
+             "us per MLP call; `(s)`: down's split_k, `*` its blocks capped at their even "
+             "share per SM; serialized: the best of every policy and split launched one "
+             "after the other", "",
              "| layer | weights | M | serialized | " +
              " | ".join(POLICIES) + " | speedup | best | chosen |",
              "|---|---|---|---|" + "---|" * len(POLICIES) + "---|---|---|"]
     for cell in report["cells"]:
-        times = [f"{cell[f'{k}_us']:.1f} ({cell[f'{k}_split']})"
+        times = [f"{cell[f'{k}_us']:.1f} ({cell[f'{k}_split']}"
+                 f"{'*' if cell.get(f'{k}_capped') else ''})"
                  for k in ("serialized", *POLICIES)]
         lines.append(f"| {cell['layer']} | {cell['wdtype']} | {cell['M']} | " +
                      " | ".join(times) +

@@ -54,7 +54,7 @@ from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
 __all__ = ["mlp_kernels", "interleave_gate_up", "store_silu_mul", "choose_policy",
-           "semaphores", "workspace", "split_of", "POLICIES"]
+           "semaphores", "workspace", "split_of", "down_blocks_per_sm", "POLICIES"]
 
 POLICIES = ("row", "tile")
 # Beyond this many waves of gate_up "row" beat "tile" on the H100 (docs/tile-sync.md)
@@ -111,6 +111,15 @@ def workspace(M: int, H: int, bm: int, bn: int, split_k: int) -> tuple[int, int]
         return 0, 0
     tiles = -(-M // bm) * -(-H // bn)
     return split_k * tiles * bm * bn, tiles
+
+
+def down_blocks_per_sm(M: int, H: int, bm: int, bn: int, split_k: int, sms: int) -> int:
+    """The cap on down's blocks per SM (`Kernel.prepare(max_blocks_per_sm=)`) that
+    spreads them as a launch on an idle GPU would: their even share of the `sms` SMs.
+    Launched as a dependent of gate_up, they take the SMs gate_up's blocks free first,
+    two or more on one SM while others idle."""
+    blocks = -(-M // bm) * -(-H // bn) * split_k
+    return -(-blocks // sms)
 
 
 def split_of(column, K, chunk: int, split_k: int):

@@ -35,7 +35,7 @@ from tilevm.backend.cuda.validate import (
 )
 from tilevm.ir.errors import VMError
 
-__all__ = ["Kernel", "MAX_STATIC_SHARED"]
+__all__ = ["Kernel", "MAX_STATIC_SHARED", "capped_shared_bytes"]
 
 MAX_STATIC_SHARED = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 
@@ -49,6 +49,17 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
         raise ArgumentValueError(f"{what} {tuple(dims)} has a negative dimension")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
+
+
+def capped_shared_bytes(blocks: int, static: int, dynamic: int, per_sm: int,
+                        reserved: int) -> int:
+    """Dynamic shared bytes for a block that uses `static` + `dynamic` so that at most
+    `blocks` of it fit on an SM of `per_sm` bytes, each also taking the driver's
+    `reserved` bytes: `blocks + 1` of them must not fit (at least `dynamic`)."""
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
+        raise ArgumentValueError(f"max_blocks_per_sm must be a positive int, got {blocks!r}")
+    footprint = per_sm // (blocks + 1) + 1  # blocks + 1 of these exceed the SM
+    return max(dynamic, footprint - static - reserved)
 
 class _TorchFastPath:
     """The launch path of `Kernel.__call__` for its common case: every pointer argument a
@@ -265,12 +276,17 @@ class Kernel:
         return grid3, block3
 
     def prepare(self, *args: Any, grid: int | Sequence[int] | None = None,
-                dependent: bool | None = None) -> PreparedLaunch:
+                dependent: bool | None = None,
+                max_blocks_per_sm: int | None = None) -> PreparedLaunch:
         """A `PreparedLaunch` of this kernel with these arguments (backend/cuda/prepared.py):
         checked as a call checks them, once; it then launches with new addresses for the
         pointer arguments and nothing else checked but their alignment. `dependent`
         (default: what the program declares) launches with programmatic stream
-        serialization, for a kernel that waits for its prerequisites in its code."""
+        serialization, for a kernel that waits for its prerequisites in its code.
+        `max_blocks_per_sm`: at most that many of its blocks on one SM, by asking for more
+        shared memory than it uses (`capped_shared_bytes`). A dependent launch's blocks
+        take whatever SMs the previous kernel frees first, and may pile up on a few; a
+        launch on an idle GPU spreads them by itself."""
         if self.signature is None:
             raise VMError(f"kernel {self.name} has no signature: use launch(grid, block, ...)")
         if not self.num_threads:
@@ -279,12 +295,21 @@ class Kernel:
         if grid is None:
             grid = grid_of(self.signature, bound)
         pointers = [b for b in bound if isinstance(b, BoundPointer)]
-        grid3, block3 = self._check_launch(grid, (self.num_threads,), self.shared_bytes,
+        shared_bytes = self.shared_bytes
+        if max_blocks_per_sm is not None:
+            device = driver.ensure_context().device
+            shared_bytes = capped_shared_bytes(
+                max_blocks_per_sm, self.attribute("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+                shared_bytes, driver.device_attribute(
+                    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", device),
+                driver.device_attribute(
+                    "CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK", device))
+        grid3, block3 = self._check_launch(grid, (self.num_threads,), shared_bytes,
                                            pointers)
         if dependent is None:
             dependent = self.dependent_launch
         return PreparedLaunch(self.handle, self.name, self.signature, bound, grid3, block3,
-                              self.shared_bytes, dependent=dependent)
+                              shared_bytes, dependent=dependent)
 
     def _set_shared(self, shared_bytes: int, ctx: Context) -> None:
         if shared_bytes <= self._dynamic_limit:

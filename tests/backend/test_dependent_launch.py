@@ -137,3 +137,46 @@ def test_gpu_chain_of_dependent_kernels_matches_numpy(dependent: bool) -> None:
     for _ in range(16):
         want = (want * 3 + 1) % 2**32
     np.testing.assert_array_equal(bufs[0].to_numpy(), want.astype(np.uint32).view(np.int32))
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 7])
+@pytest.mark.parametrize("static, dynamic", [(0, 0), (4096, 0), (1024, 30_000)])
+@pytest.mark.parametrize("per_sm, reserved", [(233_472, 1024), (167_936, 1024),
+                                              (65_536, 0)])
+def test_capped_shared_bytes_lets_that_many_blocks_fit_and_no_more(
+        blocks, static, dynamic, per_sm, reserved):
+    from tilevm.backend.cuda.kernel import capped_shared_bytes
+
+    shared = capped_shared_bytes(blocks, static, dynamic, per_sm, reserved)
+    footprint = static + shared + reserved
+    assert shared >= dynamic  # never less than the kernel uses
+    assert (blocks + 1) * footprint > per_sm
+    if (static + dynamic + reserved) * (blocks + 1) <= per_sm:  # the cap is what binds:
+        assert blocks * footprint <= per_sm  # exactly `blocks` fit
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_a_cap_that_is_not_a_positive_int_is_refused(bad):
+    from tilevm.backend.cuda.errors import ArgumentValueError
+    from tilevm.backend.cuda.kernel import capped_shared_bytes
+
+    with pytest.raises(ArgumentValueError, match="max_blocks_per_sm must be a positive int"):
+        capped_shared_bytes(bad, 0, 0, 100_000, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 2, 5])
+def test_gpu_a_prepared_launch_caps_its_blocks_per_sm(blocks: int) -> None:
+    """The driver's occupancy for the shared memory the capped launch asks for is the
+    cap, and the capped kernel still computes numpy's result."""
+    n = 1 << 16
+    src = np.arange(n, dtype=np.int32)
+    a, b = DeviceArray.from_numpy(src), DeviceArray.zeros(n, "int32")
+    kernel = compiled_kernel(step.specialize())
+    launch = kernel.prepare(a, b, n, max_blocks_per_sm=blocks)
+    drv = driver.bindings()
+    resident = driver.call("occupancy", drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        kernel.handle, kernel.num_threads, launch.shared_bytes))
+    assert resident == blocks
+    launch.launch(0, a.ptr, b.ptr)
+    np.testing.assert_array_equal(b.to_numpy(), src * 3 + 1)

@@ -36,20 +36,24 @@ def test_the_copy_pair_copies_every_element(sync, seed):
 
 def test_summary_takes_the_fastest_split_and_policy_and_the_fastest_serialized_time():
     cell = dict(layer="8b", wdtype="int4", M=128)
-    rows = [dict(cell, policy=p, split_k=s, synchronized=sync, us=us, chosen=p == "row")
-            for p, s, sync, us in [("row", 1, False, 100.0), ("row", 1, True, 90.0),
-                                   ("row", 2, False, 97.0), ("row", 2, True, 95.0),
-                                   ("tile", 1, False, 98.0), ("tile", 1, True, 85.0),
-                                   ("tile", 2, False, 99.0), ("tile", 2, True, 80.0)]]
+    rows = [dict(cell, policy=p, split_k=s, synchronized=sync, us=us, chosen=p == "row",
+                 blocks_per_sm_cap=cap)
+            for p, s, sync, cap, us in [
+                ("row", 1, False, None, 100.0), ("row", 1, True, None, 90.0),
+                ("row", 1, True, 1, 91.0), ("row", 2, False, None, 97.0),
+                ("row", 2, True, None, 95.0), ("tile", 1, False, None, 98.0),
+                ("tile", 1, True, None, 85.0), ("tile", 2, False, None, 99.0),
+                ("tile", 2, True, 2, 80.0), ("tile", 2, True, None, 82.0)]]
     (got,) = summarize(rows)
     assert got["serialized_us"] == 97.0 and got["serialized_split"] == 2
     assert got["row_us"] == 90.0 and got["row_split"] == 1
-    assert got["tile_us"] == 80.0 and got["tile_split"] == 2
+    assert got["tile_us"] == 80.0 and got["tile_split"] == 2 and got["tile_capped"]
+    assert not got["row_capped"]
     assert got["best"] == "tile" and got["speedup"] == pytest.approx(97.0 / 80.0)
     assert got["chosen"] == "row" and not got["chosen_is_best"]
     table = mlp_sync.format_markdown({"gpu": "G", "copy": dict(
         tiles=1, bytes=1 << 20, plain_us=1.0, sync_us=1.0, overhead=0.0), "cells": [got]})
-    assert "| 8b | int4 | 128 | 97.0 (2) | 90.0 (1) | 80.0 (2) | 1.212 | tile | row |" in table
+    assert "| 8b | int4 | 128 | 97.0 (2) | 90.0 (1) | 80.0 (2*) | 1.212 | tile | row |" in table
 
 
 @pytest.mark.gpu

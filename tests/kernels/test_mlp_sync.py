@@ -11,6 +11,7 @@ import pytest
 
 from tilevm.kernels.mlp_sync import (
     choose_policy,
+    down_blocks_per_sm,
     interleave_gate_up,
     mlp_kernels,
     semaphores,
@@ -148,6 +149,14 @@ def test_the_policy_is_tile_past_one_wave_of_gate_up_and_row_in_one_or_many():
             for m in (128, 256, 512, 1024)] == ["row", "tile", "tile", "row"]
     with pytest.raises(Exception, match="policy must be one of"):
         mlp_kernels("f16")[0].specialize(policy="cols", **CONSTANTS)
+
+
+def test_down_is_capped_at_its_even_share_of_the_sms():
+    # 8B down at M = 256: 2 row tiles x 32 column tiles x split_k blocks on 132 SMs
+    assert [down_blocks_per_sm(256, 4096, 128, 128, s, 132) for s in (1, 2, 4, 8)] == \
+        [1, 1, 2, 4]
+    assert down_blocks_per_sm(129, 4096, 128, 128, 1, 64) == 1  # 2 x 32 blocks, 64 SMs
+    assert down_blocks_per_sm(129, 4096, 128, 128, 1, 63) == 2
 
 
 @pytest.mark.gpu
