@@ -58,6 +58,7 @@ LAYERS = {"8b": (4096, 14336), "70b": (8192, 28672)}  # (hidden H, intermediate 
 CONFIG = dict(group_size=128, bm=128, bk=64, num_warps=4, stages=4, lead=2, prefetch=2)
 PRODUCER_BN = 128  # gate_up's tile columns (32 per warp)
 SPLITS = (1, 2, 4)  # down's split_k
+CHUNK = CONFIG["stages"] * CONFIG["bk"]  # columns of h a "tile" semaphore covers
 GRAPH_CALLS = 30
 L2_MULTIPLE = 3
 CHECKED_ROWS = 16
@@ -237,7 +238,7 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
         make = compiled_kernel(make_k.specialize(down_split_k=split_k, **constants))
         use = compiled_kernel(use_k.specialize(producer_bn=PRODUCER_BN, split_k=split_k,
                                                **constants))
-        sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], PRODUCER_BN,
+        sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], CHUNK,
                                                  split_k), torch)
         # (the pairs run one after another: one workspace serves every call)
         words, counters = workspace(M, H, CONFIG["bm"], PRODUCER_BN, split_k)

@@ -22,9 +22,11 @@ pair):
   reads: all `2F / bn` of them, or with `split_k` those in its split's range of K
   (one semaphore per row tile and split; gate_up, told `down_split_k`, posts to the
   split that reads its columns). Semaphores: `[rows, split_k]`.
-- "tile" (TileSync on the tiles of h): a down block waits, before it copies each k-tile
-  of h, for the one gate_up tile that wrote those columns, so it starts on a row as
-  soon as its first tiles exist. Semaphores: one a gate_up tile, `[rows, 2F / bn]`.
+- "tile" (TileSync on chunks of h: the `stages * bk` columns one iteration of down's
+  main loop reads): a down block waits, before it copies the first k-tile of each
+  chunk, for the gate_up tiles that wrote those columns, so it starts on a row as soon
+  as its first chunk exists. Semaphores: `[rows, ceil(F / chunk)]`. (A wait per k-tile,
+  one per gate_up tile, cost a quarter of down where nothing waited.)
 
 The order of gate_up's tiles decides which policy can overlap: its blocks take them in
 groups of `group_m` row tiles, a column tile at a time (`grouped_tiles`, for L2 reuse),
@@ -99,10 +101,11 @@ def store_silu_mul(h, acc, acc_layout, act, M, F, n0, m0, num_warps: int, buffer
     tv.store_global(tv.global_view(h, [F, M], strides=[1, F]), tv.cast(value, act), [n0, m0])
 
 
-def semaphores(policy: str, M: int, F: int, bm: int, bn: int, split_k: int = 1) -> int:
-    """How many int32 semaphores the pair takes (module docstring); `split_k`: down's."""
+def semaphores(policy: str, M: int, F: int, bm: int, chunk: int, split_k: int = 1) -> int:
+    """How many int32 semaphores the pair takes (module docstring): `chunk` is
+    `stages * bk`, `split_k` down's."""
     rows = -(-M // bm)
-    return rows * split_k if policy == "row" else rows * (2 * F // bn)
+    return rows * split_k if policy == "row" else rows * -(-F // chunk)
 
 
 def workspace(M: int, H: int, bm: int, bn: int, split_k: int) -> tuple[int, int]:
@@ -134,12 +137,22 @@ def choose_policy(M: int, F: int, bm: int, bn: int, gpu: GPU, resources: Resourc
     there is nothing to overlap, and "row" waits least. Past one wave, "tile" lets down
     start on the columns of h the earlier waves finished while the last one runs; but
     the overlap is at most that last wave, a shrinking share of the pair as the waves
-    grow, while "tile"'s waits (one a k-tile of down) grow with down."""
+    grow, while "tile"'s waits (one a chunk of down's K) grow with down."""
     occupancy = blocks_per_sm(gpu, resources.threads, resources.registers_per_thread,
                               resources.shared_bytes)
     tiles = -(-M // bm) * (2 * F // bn)
     count = waves(gpu, tiles, occupancy.blocks_per_sm).waves
     return "tile" if 1 < count <= TILE_SYNC_MAX_WAVES else "row"
+
+
+@tv.inline
+def wait_for_chunk(chunks, k, m0, K, bm: int, chunk: int, half: int, generation):
+    """Before the copy of k-tile `k` of h: at the first of a chunk inside K, wait for the
+    posts of its gate_up tiles (`half` columns of h each) of this call."""
+    if k < K:
+        if k % chunk == 0:
+            tv.tile_wait(chunks, [m0 // bm, k // chunk],
+                         generation * tv.cdiv(tv.minimum(K - k, chunk), half))
 
 
 def _check_policy(policy: str) -> None:
@@ -172,9 +185,13 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
                 if down_split_k > 1 else 0
             tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), down_split_k]),
                          [m0 // bm, split], 1)
-        else:
-            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), N2 // bn]), [m0 // bm, n_tile],
-                         1)
+        else:  # the semaphore of the chunk of h that holds these columns
+            chunk = stages * bk
+            tv.static_assert(chunk % (bn // 2) == 0,
+                             f"a chunk of h (stages * bk = {chunk} columns) must hold whole "
+                             f"gate_up tiles ({bn // 2} columns of h)")
+            tv.tile_post(tv.global_view(sem, [tv.cdiv(M, bm), tv.cdiv(N2 // 2, chunk)]),
+                         [m0 // bm, n_tile * (bn // 2) // chunk], 1)
 
     @tv.kernel(num_warps=4)
     def mlp_down(h: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
@@ -199,14 +216,10 @@ def mlp_kernels(act: DataType | str = "f16") -> tuple[Kernel, Kernel]:
             rows = tv.global_view(sem, [tv.cdiv(M, bm), split_k])
             waits = dict(before_loads=lambda m0: tv.tile_wait(
                 rows, [m0 // bm, split], generation * posts))
-        else:  # the gate_up tile of h's columns [k, k + bk) (the last for copies past K)
-            tv.static_assert((producer_bn // 2) % bk == 0,
-                             f"a k-tile of h ({bk} columns) must lie in one gate_up tile "
-                             f"({producer_bn // 2} columns of h)")
-            tiles = tv.global_view(sem, [tv.cdiv(M, bm), producer_tiles])
-            waits = dict(before_copy=lambda k, m0: tv.tile_wait(
-                tiles, [m0 // bm, tv.minimum(k // (producer_bn // 2), producer_tiles - 1)],
-                generation))
+        else:  # the chunk of h a copy starts (none for copies past K: zeros)
+            chunks = tv.global_view(sem, [tv.cdiv(M, bm), tv.cdiv(K, stages * bk)])
+            waits = dict(before_copy=lambda k, m0: wait_for_chunk(
+                chunks, k, m0, K, bm, stages * bk, producer_bn // 2, generation))
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             h, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, split_k,
