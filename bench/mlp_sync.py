@@ -9,7 +9,9 @@ Two measurements of issue 47 (docs/tile-sync.md), both with the graph method of
   the same copies without any sync instruction, launched one after the other: the
   overhead of the mechanism where it can gain nothing.
 - **the quantized MLP** (`kernels.mlp_sync`: gate_up with the silu * up epilogue, then
-  down) on Llama-3 shapes: each policy's pair, with down split in `SPLITS` ways,
+  down) on Llama-3 shapes: each policy's pair, with down split in `--splits` ways and
+  gate_up's tiles in groups of `--group-m` row tiles (8, the library's, for L2 reuse;
+  1: row after row, so that "row" can start on the first rows),
   synchronized (down a dependent launch that waits on semaphores; and so with its
   blocks capped at their even share per SM, `down_blocks_per_sm`) against the same
   pairs serialized (down launched plainly, after gate_up has finished: split-K alone),
@@ -33,7 +35,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ from tilevm.vm import lang as tv
 LAYERS = {"8b": (4096, 14336), "70b": (8192, 28672)}  # (hidden H, intermediate F)
 CONFIG = dict(group_size=128, bm=128, bk=64, num_warps=4, stages=4, lead=2, prefetch=2)
 PRODUCER_BN = 128  # gate_up's tile columns (32 per warp)
-SPLITS = (1, 2, 4)  # down's split_k
+SPLITS = "1,2,4"  # down's split_k
+GROUP_M = "8"  # gate_up's row tiles a group (`grouped_tiles`)
 CHUNK = CONFIG["stages"] * CONFIG["bk"]  # columns of h a "tile" semaphore covers
 GRAPH_CALLS = 30
 L2_MULTIPLE = 3
@@ -219,9 +222,10 @@ def _relative_error(got: Any, want: Any) -> float:
 
 
 def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
-                gpu_name: str) -> list[dict[str, Any]]:
-    """Every policy and split of down, synchronized and serialized, on one layer and M
-    (module docstring)."""
+                gpu_name: str, splits: Sequence[int] = (1,), group_ms: Sequence[int] = (8,)
+                ) -> list[dict[str, Any]]:
+    """Every policy, split of down and tile grouping of gate_up, synchronized and
+    serialized, on one layer and M (module docstring)."""
     H, F = layer.H, layer.F
     make_k, use_k = mlp_kernels("f16")
     # x in [-1, 1] / sqrt(H): the random weights are O(1) where a model's are
@@ -233,9 +237,11 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     calls = GRAPH_CALLS // len(layer.copies) * len(layer.copies)
     results, outputs = [], {}
-    for policy, split_k in ((p, s) for p in POLICIES for s in SPLITS):
+    for policy, split_k, group_m in ((p, s, g) for p in POLICIES for s in splits
+                                     for g in group_ms):
         constants = dict(wdtype=code_type(wdtype), policy=policy, **CONFIG)
-        make = compiled_kernel(make_k.specialize(down_split_k=split_k, **constants))
+        make = compiled_kernel(make_k.specialize(down_split_k=split_k, group_m=group_m,
+                                                 **constants))
         use = compiled_kernel(use_k.specialize(producer_bn=PRODUCER_BN, split_k=split_k,
                                                **constants))
         sems = _semaphore_rows(calls, semaphores(policy, M, F, CONFIG["bm"], CHUNK,
@@ -264,9 +270,10 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
             y.fill_(float("nan"))
             enqueue()
             torch.cuda.synchronize()
-            outputs[policy, split_k, synced] = y.clone()
+            outputs[policy, split_k, group_m, synced] = y.clone()
             row = {"layer": name, "wdtype": wdtype, "M": M, "H": H, "F": F,
-                   "policy": policy, "split_k": split_k, "synchronized": synced,
+                   "policy": policy, "split_k": split_k, "group_m": group_m,
+                   "synchronized": synced,
                    "blocks_per_sm_cap": cap if spread else None,
                    "copies": len(layer.copies), "gpu": gpu_name}
             if not synced:
@@ -274,7 +281,8 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                 row["h_error"] = _relative_error(h[rows], want_h)
                 row["y_error"] = _relative_error(y[rows], want_y)
             else:
-                row["bitwise_equal"] = bool(torch.equal(y, outputs[policy, split_k, False]))
+                row["bitwise_equal"] = bool(torch.equal(
+                    y, outputs[policy, split_k, group_m, False]))
             row["us"] = graph_seconds(enqueue, torch) / calls * 1e6
             results.append(row)
     gpu = gpu_for_device(gpu_name)
@@ -300,6 +308,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = f"{r['policy']}" if r["synchronized"] else "serialized"
         if r["us"] < cell.get(f"{key}_us", float("inf")):
             cell[f"{key}_us"], cell[f"{key}_split"] = r["us"], r.get("split_k", 1)
+            cell[f"{key}_group_m"] = r.get("group_m", 8)
             cell[f"{key}_capped"] = r.get("blocks_per_sm_cap") is not None
         if r["synchronized"] and r.get("chosen"):
             cell["chosen"] = r["policy"]
@@ -317,14 +326,15 @@ def format_markdown(report: dict[str, Any]) -> str:
              f"copy -> copy, one wave ({c['tiles']} tiles, {c['bytes'] >> 20} MiB): "
              f"plain {c['plain_us']:.2f} us, synchronized {c['sync_us']:.2f} us, overhead "
              f"{100 * c['overhead']:+.1f}%", "",
-             "us per MLP call; `(s)`: down's split_k, `*` its blocks capped at their even "
-             "share per SM; serialized: the best of every policy and split launched one "
-             "after the other", "",
+             "us per MLP call; `(s)`: down's split_k, `/gN` gate_up's tiles in groups of N "
+             "row tiles (8 unless said), `*` down's blocks capped at their even share per "
+             "SM; serialized: the best of every variant launched one after the other", "",
              "| layer | weights | M | serialized | " +
              " | ".join(POLICIES) + " | speedup | best | chosen |",
              "|---|---|---|---|" + "---|" * len(POLICIES) + "---|---|---|"]
     for cell in report["cells"]:
         times = [f"{cell[f'{k}_us']:.1f} ({cell[f'{k}_split']}"
+                 f"{'' if cell.get(f'{k}_group_m', 8) == 8 else '/g' + str(cell[f'{k}_group_m'])}"
                  f"{'*' if cell.get(f'{k}_capped') else ''})"
                  for k in ("serialized", *POLICIES)]
         lines.append(f"| {cell['layer']} | {cell['wdtype']} | {cell['M']} | " +
@@ -341,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of {', '.join(LAYERS)}")
     parser.add_argument("--wdtypes", default="int4,int3", help="comma-separated weight types")
     parser.add_argument("--m", default="128,256,512,1024,2048", help="comma-separated M")
+    parser.add_argument("--splits", default=SPLITS, help="comma-separated split_k of down")
+    parser.add_argument("--group-m", default=GROUP_M,
+                        help="comma-separated row tiles a group of gate_up's tiles")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -354,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in layers if name not in LAYERS]
     if unknown:
         parser.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
-    ms = [int(m) for m in args.m.split(",")]
+    ms, splits, group_ms = ([int(v) for v in text.split(",")]
+                            for text in (args.m, args.splits, args.group_m))
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
     gpu_name = torch.cuda.get_device_name()
@@ -365,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in layers:
             layer = MlpLayer(wdtype.strip(), *LAYERS[name], l2, torch)
             for M in ms:
-                report["rows"] += measure_mlp(layer, name, wdtype.strip(), M, torch, gpu_name)
+                report["rows"] += measure_mlp(layer, name, wdtype.strip(), M, torch, gpu_name,
+                                              splits, group_ms)
                 print(json.dumps(report["rows"][-2 * len(POLICIES):]), flush=True)
             del layer
             torch.cuda.empty_cache()

@@ -44,6 +44,7 @@ def test_summary_takes_the_fastest_split_and_policy_and_the_fastest_serialized_t
                 ("row", 2, True, None, 95.0), ("tile", 1, False, None, 98.0),
                 ("tile", 1, True, None, 85.0), ("tile", 2, False, None, 99.0),
                 ("tile", 2, True, 2, 80.0), ("tile", 2, True, None, 82.0)]]
+    rows[-2]["group_m"] = 1
     (got,) = summarize(rows)
     assert got["serialized_us"] == 97.0 and got["serialized_split"] == 2
     assert got["row_us"] == 90.0 and got["row_split"] == 1
@@ -53,7 +54,7 @@ def test_summary_takes_the_fastest_split_and_policy_and_the_fastest_serialized_t
     assert got["chosen"] == "row" and not got["chosen_is_best"]
     table = mlp_sync.format_markdown({"gpu": "G", "copy": dict(
         tiles=1, bytes=1 << 20, plain_us=1.0, sync_us=1.0, overhead=0.0), "cells": [got]})
-    assert "| 8b | int4 | 128 | 97.0 (2) | 90.0 (1) | 80.0 (2*) | 1.212 | tile | row |" in table
+    assert "| 8b | int4 | 128 | 97.0 (2) | 90.0 (1) | 80.0 (2/g1*) | 1.212 | tile | row |" in table
 
 
 @pytest.mark.gpu
@@ -62,7 +63,7 @@ def test_gpu_a_small_run_checks_its_outputs_and_writes_the_report(tmp_path):
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs sm_90")
     assert mlp_sync.main([str(tmp_path), "--layers", "8b", "--wdtypes", "int4",
-                          "--m", "200"]) == 0
+                          "--m", "200", "--splits", "1,3", "--group-m", "8,1"]) == 0
     report = json.loads((tmp_path / "mlp_sync.json").read_text())
     assert report["copy"]["sync_correct"] and report["copy"]["plain_correct"]
     assert report["copy"]["tiles"] % torch.cuda.get_device_properties(0) \
