@@ -1,7 +1,8 @@
 """The quantized matmul benchmark's baselines on the same configurations: cuBLAS
-(`torch.matmul` on 16-bit weights of the activation type) and, where it imports, the
-Triton low-bit matmul gemlite (integer weights of 1/2/4/8 bits, HQQ format), installed
-from `bench/wheels/` when asked (the GPU machine has no network)."""
+(`torch.matmul` on 16-bit weights of the activation type) and, where they import, the
+quantized peers (`PEERS`): the Triton low-bit matmul gemlite (integer weights of 1/2/4/8
+bits, HQQ format) and Humming (vllm-project/humming, JIT CUDA C++ for any weight type up
+to 8 bits), installed from `bench/wheels/` when asked (the GPU machine has no network)."""
 
 from __future__ import annotations
 
@@ -48,31 +49,47 @@ def gemlite_unsupported(wdtype: str, group_size: int, act: str, N: int, K: int) 
 
 
 
-_GEMLITE: dict[str, Any] = {}
+PEER_MODULES = {"gemlite": "gemlite", "humming": "humming"}
+_STATUS: dict[str, dict[str, Any]] = {}
+_INSTALL: dict[str, str] = {}
 
 
-def gemlite_status(install_wheels: bool = False) -> dict[str, Any]:
-    """Whether gemlite imports (after installing bench/wheels when asked), and why not."""
-    if _GEMLITE:
-        return _GEMLITE
-    info: dict[str, Any] = {"wheels": sorted(p.name for p in WHEELS.glob("*.whl"))}
-    if install_wheels and info["wheels"]:
+def _install_wheels() -> str:
+    """pip install --no-deps --no-index every wheel in bench/wheels, once."""
+    if not _INSTALL:
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                *map(str, sorted(WHEELS.glob("*.whl")))]
         done = subprocess.run(cmd, capture_output=True, text=True)
-        info["install"] = "ok" if done.returncode == 0 else \
+        _INSTALL["result"] = "ok" if done.returncode == 0 else \
             f"failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}"
         importlib.invalidate_caches()
-    try:
-        import gemlite
+    return _INSTALL["result"]
 
-        info.update(available=True, version=getattr(gemlite, "__version__", "?"))
-    except Exception as err:  # not installed, or no Triton
+
+def peer_status(name: str, install_wheels: bool = False) -> dict[str, Any]:
+    """Whether the peer `name` (of `PEER_MODULES`) imports (after installing bench/wheels
+    when asked), its version, and why not."""
+    if name in _STATUS:
+        return _STATUS[name]
+    info: dict[str, Any] = {"wheels": sorted(p.name for p in WHEELS.glob("*.whl"))}
+    if install_wheels and info["wheels"]:
+        info["install"] = _install_wheels()
+    try:
+        module = importlib.import_module(PEER_MODULES[name])
+        info.update(available=True, version=getattr(module, "__version__", "?"))
+    except Exception as err:  # not installed, or something it needs is missing
         info.update(available=False, reason=f"{type(err).__name__}: {err}",
-                    how="python -m pip install --no-deps bench/wheels/gemlite-*.whl (the "
-                        "GPU machine has no network), or run with --install-wheels")
-    _GEMLITE.update(info)
+                    how="python -m pip install --no-deps bench/wheels/*.whl (the GPU "
+                        "machine has no network; bench/wheels/README.md), or run with "
+                        "--install-wheels")
+    _STATUS[name] = info
     return info
+
+
+def _require(name: str) -> None:
+    status = _STATUS.get(name, {})
+    if not status.get("available"):
+        raise Unsupported(f"{name} unavailable: {status.get('reason', 'not probed')}")
 
 
 def gemlite_factory(w: Weights, act: str, M: int) -> Prepared:
@@ -83,8 +100,7 @@ def gemlite_factory(w: Weights, act: str, M: int) -> Prepared:
     reason = gemlite_unsupported(w.wdtype, w.group_size, act, w.N, w.K)
     if reason:
         raise Unsupported(reason)
-    if not _GEMLITE.get("available"):
-        raise Unsupported(f"gemlite unavailable: {_GEMLITE.get('reason', 'not probed')}")
+    _require("gemlite")
     from gemlite import DType, GemLiteLinear
 
     t = dtypes.parse(w.wdtype)
@@ -103,4 +119,49 @@ def gemlite_factory(w: Weights, act: str, M: int) -> Prepared:
     del q
     nbytes = sum(int(t.numel() * t.element_size()) for t in (layer.W_q, layer.scales)
                  if isinstance(t, torch.Tensor))
-    return Prepared(layer, nbytes, None, None, {}, f"gemlite {_GEMLITE.get('version')}")
+    return Prepared(layer, nbytes, None, None, {}, f"gemlite {_STATUS['gemlite']['version']}")
+
+
+def humming_dtype(wdtype: str) -> str:
+    """Humming's name of a weight type: int4, uint4, ... as ours; f6e3m2 -> float6e3m2."""
+    return f"float{wdtype[1:]}" if wdtype.startswith("f") else wdtype
+
+
+def humming_unsupported(wdtype: str, group_size: int, act: str, N: int, K: int) -> str | None:
+    """Why Humming cannot run this, or None."""
+    if dtypes.parse(wdtype).bits > 8:
+        return f"Humming takes weights of up to 8 bits, not {wdtype}"
+    if K % group_size:
+        return f"Humming needs K % group_size == 0 (K={K}, group_size={group_size})"
+    return None
+
+
+def humming_factory(w: Weights, act: str, M: int) -> Prepared:
+    """Humming's HummingLayer (group scales of the activation type; zero points for
+    unsigned integer types) holding our weights as it quantizes them: the float weights
+    go through its own quantizer, and the reference multiplies by its own dequantization
+    of the result (it may choose other codes and scales than ours)."""
+    import torch
+
+    reason = humming_unsupported(w.wdtype, w.group_size, act, w.N, w.K)
+    if reason:
+        raise Unsupported(reason)
+    _require("humming")
+    from humming.layer import HummingLayer
+    from humming.schema import HummingWeightSchema
+
+    dt = torch_dtype(act)
+    config = {"dtype": humming_dtype(w.wdtype), "group_size": w.group_size,
+              "has_zero_point": w.wdtype.startswith("uint"),
+              "scale_dtype": {"f16": "float16", "bf16": "bfloat16"}[act]}
+    with torch.device("cuda"):
+        layer = HummingLayer(shape_n=w.N, shape_k=w.K, weight_config=config, torch_dtype=dt)
+    tensors = HummingWeightSchema.quant_tensor(w.dequantized.t().float(), layer.weight_schema,
+                                               dt)
+    dequantized = layer.weight_schema.dequant_tensors(tensors).t().double()  # [K, N]
+    nbytes = sum(int(t.numel() * t.element_size()) for t in tensors.values())
+    layer.load_from_tensors(tensors)
+    del tensors
+    layer.transform()
+    return Prepared(layer, nbytes, None, dequantized, {},
+                    f"humming {_STATUS['humming']['version']}")

@@ -33,7 +33,8 @@ RAGGED_M = 17
 WEIGHT_TYPES = ["int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2", "uint3",
                 "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2"]
 ACTS = ["f16", "bf16"]
-BACKENDS = ["tilevm", "cublas", "gemlite"]
+BACKENDS = ["tilevm", "cublas", "gemlite", "humming"]
+PEERS = ("gemlite", "humming")  # the quantized baselines, each timed on its own weight types
 GROUP_SIZE = 128
 
 # Presets. The default fits a time budget (--budget-s enforces it); --quick is the smoke
@@ -42,11 +43,13 @@ GROUP_SIZE = 128
 # runs time it on int4 only.
 DEFAULT = {"shapes": SHAPE_GROUPS["8b"] + ["ragged_n"], "m": M_VALUES + [RAGGED_M],
            "dtypes": WEIGHT_TYPES, "act": ["f16"], "budget_s": 480.0,
-           "gemlite_dtypes": ["int4"]}
+           "gemlite_dtypes": ["int4"], "humming_dtypes": ["int4", "int3", "f6e3m2"]}
 QUICK = {"shapes": ["8b.qkv"], "m": [1, RAGGED_M, 4096], "dtypes": ["int4", "int3", "f6e3m2"],
-         "act": ["f16"], "budget_s": 240.0, "gemlite_dtypes": ["int4"]}
+         "act": ["f16"], "budget_s": 240.0, "gemlite_dtypes": ["int4"],
+         "humming_dtypes": ["int4"]}
 FULL = {"shapes": list(SHAPES), "m": M_VALUES + [RAGGED_M], "dtypes": WEIGHT_TYPES,
-        "act": ACTS, "budget_s": 0.0, "gemlite_dtypes": WEIGHT_TYPES}
+        "act": ACTS, "budget_s": 0.0, "gemlite_dtypes": WEIGHT_TYPES,
+        "humming_dtypes": WEIGHT_TYPES}
 
 # Check tolerance: max |y - ref| / rms(ref). The kernels round each dequantized weight and
 # the output to the activation type (unit roundoff 2^-11 for f16, 2^-9 for bf16; the
@@ -90,8 +93,14 @@ class Options:
     install_wheels: bool = False
     preset: str = "default"
     gemlite_dtypes: list[str] = field(default_factory=lambda: ["int4"])
+    humming_dtypes: list[str] = field(default_factory=lambda: ["int4"])
     l2_flush: str = "write"
     read_floor: bool = False
+
+
+def peer_dtypes(options: Options, backend: str) -> list[str] | None:
+    """The weight types a quantized baseline is timed on (None: tilevm, every type)."""
+    return {"gemlite": options.gemlite_dtypes, "humming": options.humming_dtypes}.get(backend)
 
 
 def _split(text: str) -> list[str]:
@@ -166,10 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          f"{','.join(WEIGHT_TYPES)}")
     parser.add_argument("--act", help="activation types: f16, bf16 (comma list, or all)")
     parser.add_argument("--backends", default=",".join(BACKENDS),
-                        help="comma list of tilevm, cublas, gemlite (default: all)")
+                        help="comma list of tilevm, cublas, gemlite, humming (default: all)")
     parser.add_argument("--gemlite-dtypes",
                         help="weight types gemlite is timed on (comma list, or all; "
                              "default int4, --full all); it runs the integer 2/4/8-bit ones")
+    parser.add_argument("--humming-dtypes",
+                        help="weight types Humming is timed on (comma list, or all; default "
+                             "int4,int3,f6e3m2, --quick int4, --full all); its first call of "
+                             "a type and shape compiles CUDA C++ with nvcc")
     parser.add_argument("--group-size", type=int, default=GROUP_SIZE,
                         help=f"weights per scale along K (default {GROUP_SIZE})")
     parser.add_argument("--budget-s", type=float,
@@ -189,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(see bench/read_floor.py)")
     parser.add_argument("--install-wheels", action="store_true",
                         help="pip install --no-deps --no-index the wheels in bench/wheels "
-                             "(gemlite) before the run")
+                             "(gemlite, Humming and what they need) before the run")
     return parser
 
 
@@ -209,8 +222,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         acts = parse_choices(args.act, ACTS, "activation type") if args.act \
             else list(preset["act"])
         backends = parse_choices(args.backends, BACKENDS, "backend")
-        gemlite_dtypes = parse_choices(args.gemlite_dtypes, WEIGHT_TYPES, "weight type") \
-            if args.gemlite_dtypes else list(preset["gemlite_dtypes"])
+        gemlite_dtypes, humming_dtypes = (
+            parse_choices(given, WEIGHT_TYPES, "weight type") if given else list(preset[key])
+            for given, key in ((args.gemlite_dtypes, "gemlite_dtypes"),
+                               (args.humming_dtypes, "humming_dtypes")))
     except ValueError as err:
         parser.error(str(err))
     if args.group_size <= 0:
@@ -222,7 +237,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                    backends=backends, group_size=args.group_size, budget_s=max(budget, 0.0),
                    min_reps=args.min_reps, seed=args.seed,
                    install_wheels=args.install_wheels, preset=name,
-                   gemlite_dtypes=gemlite_dtypes, l2_flush=args.l2_flush,
+                   gemlite_dtypes=gemlite_dtypes, humming_dtypes=humming_dtypes,
+                   l2_flush=args.l2_flush,
                    read_floor=args.read_floor)
 
 
@@ -258,8 +274,8 @@ def plan(options: Options) -> list[Config]:
             for act in options.act:
                 for M in options.m:
                     configs += [Config(b, name, N, K, M, wdtype, act, options.group_size)
-                                for b in ("tilevm", "gemlite") if b in options.backends
-                                and (b != "gemlite" or wdtype in options.gemlite_dtypes)]
+                                for b in ("tilevm", *PEERS) if b in options.backends
+                                and wdtype in (peer_dtypes(options, b) or [wdtype])]
     return configs
 
 

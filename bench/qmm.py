@@ -3,8 +3,8 @@
 
 Times `y[M, N] = x[M, K] @ dequant(W)[K, N]` for every weight type of the benchmark
 protocol on Llama-3 layer shapes, against
-cuBLAS fp16/bf16 (`torch.matmul`) and, where it imports, the Triton low-bit matmul
-`gemlite`. Per the protocol:
+cuBLAS fp16/bf16 (`torch.matmul`) and, where they import, the quantized peers: the
+Triton low-bit matmul `gemlite` and Humming (`humming`). Per the protocol:
 
 - each kernel's output buffer is poisoned with NaN, the kernel is run on fresh random
   inputs and checked against a float64 reference `x @ dequantize(W)` computed on the GPU;
@@ -38,7 +38,7 @@ This module is the command line and the run; the pieces live beside it:
 `bench.protocol` (the matrix, presets, options, configurations), `bench.timing` (the
 timer), `bench.roofline` (traffic, ceilings, derived metrics), `bench.weights` (random
 quantized weights), `bench.measure` (check and time one configuration),
-`bench.tilevm_adapter` and `bench.baselines` (cuBLAS, gemlite), `bench.output` (tables,
+`bench.tilevm_adapter` and `bench.baselines` (cuBLAS, gemlite, Humming), `bench.output` (tables,
 JSON, plot).
 
 Writes OUT_DIR/qmm.json (everything), OUT_DIR/qmm.md (tables) and OUT_DIR/qmm.png (roofline
@@ -51,8 +51,9 @@ JSON that says why it was skipped and exits 0.
     python -m tilevm.bench.qmm out --full             # everything (70B, bf16): long
     python -m tilevm.bench.qmm out --shapes 8b.qkv --m 1,16 --dtypes int4,int3 --act f16,bf16
 
-gemlite: `bench/wheels/` holds its pure-Python wheel (the GPU machine has no network);
-`--install-wheels` installs it with `pip install --no-deps --no-index` before the run.
+gemlite and Humming: `bench/wheels/` holds their wheels and what the GPU machine lacks of
+their requirements (it has no network; bench/wheels/README.md); `--install-wheels`
+installs them with `pip install --no-deps --no-index` before the run.
 """
 from __future__ import annotations
 
@@ -71,11 +72,17 @@ from pathlib import Path
 from typing import Any
 
 from tilevm import __version__
-from tilevm.bench.baselines import cublas_factory, gemlite_factory, gemlite_status
+from tilevm.bench.baselines import (
+    cublas_factory,
+    gemlite_factory,
+    humming_factory,
+    peer_status,
+)
 from tilevm.bench.measure import Unsupported, run_prepared
 from tilevm.bench.output import format_summary, write_outputs
 from tilevm.bench.protocol import (
     BACKEND_TOLERANCE_FACTOR,
+    PEERS,
     TOLERANCE,
     Config,
     Options,
@@ -168,8 +175,8 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
     log(f"ceilings: copy {ceilings['copy_bw_bytes_per_s'] / 1e12:.2f} TB/s, cuBLAS f16 "
         f"{ceilings['cublas_f16_tflops']:.0f} / bf16 {ceilings['cublas_bf16_tflops']:.0f} "
         "TFLOP/s")
-    gem = gemlite_status(options.install_wheels) if "gemlite" in options.backends else \
-        {"available": False, "reason": "not selected"}
+    peers = {name: peer_status(name, options.install_wheels) if name in options.backends
+             else {"available": False, "reason": "not selected"} for name in PEERS}
     kernels = kernels_package()
     report: dict[str, Any] = {
         "benchmark": "qmm", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -185,7 +192,7 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
         "tilevm_via": "tilevm.kernels" if kernels is not None else
                       "examples/quantized_matmul.py (tilevm.kernels has no quantize/"
                       "quantized_matmul yet)",
-        "gemlite": gem,
+        **peers,
         "options": {k: v for k, v in asdict(options).items()},
         "results": [], "compile": []}
     configs = plan(options)
@@ -212,7 +219,8 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
                     prep = tilevm_matmul_factory(c.wdtype, c.group_size, c.act, c.M, c.N,
                                                  c.K, weights)
                 else:
-                    prep = gemlite_factory(weights, c.act, c.M)
+                    prep = {"gemlite": gemlite_factory, "humming": humming_factory}[
+                        c.backend](weights, c.act, c.M)
                 w64 = prep.dequantized if prep.dequantized is not None \
                     else weights.dequantized
             row["note"] = prep.note

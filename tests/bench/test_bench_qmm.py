@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -116,9 +117,9 @@ def test_default_preset_is_the_8b_layers_and_ragged_n_in_f16_under_a_budget():
     assert [s[0] for s in o.shapes] == ["8b.qkv", "8b.o", "8b.gate_up", "8b.down", "ragged_n"]
     assert o.m == [1, 16, 17, 64, 256, 4096]
     assert o.dtypes == protocol.WEIGHT_TYPES and len(o.dtypes) == 16
-    assert o.act == ["f16"] and o.backends == ["tilevm", "cublas", "gemlite"]
+    assert o.act == ["f16"] and o.backends == ["tilevm", "cublas", "gemlite", "humming"]
     assert o.group_size == 128 and o.min_reps == 100 and o.budget_s == 480
-    assert o.gemlite_dtypes == ["int4"]
+    assert o.gemlite_dtypes == ["int4"] and o.humming_dtypes == ["int4", "int3", "f6e3m2"]
     assert o.l2_flush == "write"  # as triton.testing.do_bench flushes
 
 
@@ -130,10 +131,10 @@ def test_the_l2_flush_is_write_or_read():
 def test_quick_and_full_presets():
     q = protocol.parse_options(["out", "--quick"])
     assert [s[0] for s in q.shapes] == ["8b.qkv"] and q.m == [1, 17, 4096]
-    assert q.dtypes == ["int4", "int3", "f6e3m2"]
+    assert q.dtypes == ["int4", "int3", "f6e3m2"] and q.humming_dtypes == ["int4"]
     f = protocol.parse_options(["out", "--full"])
     assert len(f.shapes) == 9 and f.act == ["f16", "bf16"] and f.budget_s == 0
-    assert f.gemlite_dtypes == protocol.WEIGHT_TYPES
+    assert f.gemlite_dtypes == f.humming_dtypes == protocol.WEIGHT_TYPES
     assert ("70b.gate_up", 57344, 8192) in f.shapes and ("ragged_n", 4104, 4096) in f.shapes
     with pytest.raises(SystemExit) as err:
         protocol.parse_options(["out", "--quick", "--full"])
@@ -167,7 +168,7 @@ def test_bad_options_exit_with_status_2(argv, capsys):
 def test_plan_runs_cublas_first_then_each_weight_type_per_shape():
     o = protocol.parse_options(["out", "--shapes", "8b.qkv,ragged_n", "--m", "1,16",
                            "--dtypes", "int4,f6e3m2", "--act", "f16,bf16",
-                           "--gemlite-dtypes", "all"])
+                           "--gemlite-dtypes", "all", "--backends", "tilevm,cublas,gemlite"])
     configs = protocol.plan(o)
     # Per shape: cuBLAS 2 acts x 2 M, then 2 types x 2 acts x 2 M x (tilevm, gemlite).
     assert len(configs) == 2 * (4 + 16)
@@ -179,12 +180,17 @@ def test_plan_runs_cublas_first_then_each_weight_type_per_shape():
     assert [c.backend for c in first[4:6]] == ["tilevm", "gemlite"]
     assert configs[20].shape == "ragged_n" and configs[20].backend == "cublas"
     assert [c.bits for c in first[3:6]] == [16, 4, 4]
-    # By default gemlite (a Triton compile per shape and M) is timed on int4 only.
+    # By default gemlite (a Triton compile per shape and M) is timed on int4 only, Humming
+    # (an nvcc compile per type and shape) on int4, int3 and f6e3m2.
     default = protocol.plan(protocol.parse_options(["out", "--shapes", "8b.o", "--m", "1",
                                           "--dtypes", "int4,int8,f6e3m2"]))
     assert [(c.backend, c.wdtype) for c in default] == [
-        ("cublas", "f16"), ("tilevm", "int4"), ("gemlite", "int4"), ("tilevm", "int8"),
-        ("tilevm", "f6e3m2")]
+        ("cublas", "f16"), ("tilevm", "int4"), ("gemlite", "int4"), ("humming", "int4"),
+        ("tilevm", "int8"), ("tilevm", "f6e3m2"), ("humming", "f6e3m2")]
+    chosen = protocol.plan(protocol.parse_options(["out", "--shapes", "8b.o", "--m", "1",
+                                         "--dtypes", "int4,int8", "--humming-dtypes",
+                                         "int8", "--backends", "humming"]))
+    assert [(c.backend, c.wdtype) for c in chosen] == [("humming", "int8")]
     cublas_only = protocol.parse_options(["out", "--quick", "--backends", "cublas"])
     assert protocol.plan(cublas_only) == [
         protocol.Config("cublas", "8b.qkv", 12288, 4096, m, "f16", "f16", None)
@@ -211,6 +217,25 @@ def test_gemlite_runs_only_integer_weights_of_its_widths():
     assert "f4e2m1" in baselines.gemlite_unsupported("f4e2m1", 128, "f16", 4096, 4096)
     assert "K % 32" in baselines.gemlite_unsupported("int4", 128, "f16", 4096, 4000)
     assert sorted(baselines.GEMLITE_BITS) == ["int2", "int4", "int8", "uint2", "uint4"]
+
+
+def test_humming_names_every_protocol_type_and_needs_whole_groups():
+    assert baselines.humming_dtype("f6e3m2") == "float6e3m2"
+    assert [baselines.humming_dtype(t) for t in ("int3", "uint4")] == ["int3", "uint4"]
+    assert all(re.fullmatch(r"u?int\d+|float\d+e\d+m\d+", baselines.humming_dtype(t))
+               for t in protocol.WEIGHT_TYPES)
+    assert baselines.humming_unsupported("int4", 128, "f16", 4104, 4096) is None
+    assert "K % group_size" in baselines.humming_unsupported("int4", 128, "f16", 4096, 4000)
+
+
+def test_a_peer_that_does_not_import_says_why_and_how_to_install(monkeypatch):
+    monkeypatch.setitem(baselines.PEER_MODULES, "humming", "tilevm_no_such_peer")
+    monkeypatch.setattr(baselines, "_STATUS", {})
+    info = baselines.peer_status("humming")
+    assert info["available"] is False and "ModuleNotFoundError" in info["reason"]
+    assert "--install-wheels" in info["how"]
+    with pytest.raises(measure.Unsupported, match="humming unavailable: ModuleNotFoundError"):
+        baselines._require("humming")
 
 
 # ---- tables ---------------------------------------------------------------------------------
