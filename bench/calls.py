@@ -33,39 +33,12 @@ from typing import Any
 import tilevm as tv
 from tilevm import kernels
 from tilevm.bench.examples import load_example
+from tilevm.bench.timing import GRAPH_CALLS, graph_per_call
 from tilevm.kernels import quantize, quantized_matmul
 
 LAYERS = {"8b_qkv": (12288, 4096), "8b_down": (4096, 14336), "70b_gate_up": (57344, 8192)}
 L2_MULTIPLE = 3
-GRAPH_CALLS = 60
 HOST_CALLS = 1000
-
-
-def _per_call_graph(calls: list[Callable[[], Any]], torch: Any) -> float:
-    """Graph method: seconds per call (median of 5 replays)."""
-    rounds = max(1, GRAPH_CALLS // len(calls))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:  # (warm: nothing is tuned or prepared during the capture)
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(rounds):
-            for call in calls:
-                call()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) * 1e-3 / (rounds * len(calls)))
-    return statistics.median(times)
 
 
 def _per_call_eager(calls: list[Callable[[], Any]], torch: Any) -> float:
@@ -129,7 +102,7 @@ def measure_layer(name: str, M: int, torch: Any, l2: int) -> list[dict[str, Any]
         "cublas_f16": ([lambda v=v: torch.nn.functional.linear(x, v) for v in wfs], f_error),
     }
     for backend, (calls, err) in backends.items():
-        graph = _per_call_graph(calls, torch)
+        graph = graph_per_call(calls, torch)
         eager = _per_call_eager(calls, torch)
         host = _host_submit(calls, torch)
         rows.append({"layer": name, "M": M, "N": N, "K": K, "backend": backend,
@@ -175,7 +148,7 @@ def measure_chain(torch: Any, M: int, dependent: bool) -> dict[str, Any]:
     chain()
     torch.cuda.synchronize()
     result = out[0].clone()
-    graph = _per_call_graph([chain], torch) * 1e6
+    graph = graph_per_call([chain], torch) * 1e6
     eager = _per_call_eager([chain], torch) * 1e6
     kernels.set_dependent_launch(True)
     return {"M": M, "dependent_launch": dependent, "graph_us": graph, "eager_us": eager,

@@ -33,15 +33,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tilevm import kernels
 from tilevm.backend.cuda import driver
 from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.timing import graph_seconds
 from tilevm.bench.weights import make_weights
 from tilevm.cost.hardware import gpu_for_device
 from tilevm.cost.model import Resources
@@ -62,35 +62,11 @@ PRODUCER_BN = 128  # gate_up's tile columns (32 per warp)
 SPLITS = "1,2,4"  # down's split_k
 GROUP_M = "8"  # gate_up's row tiles a group (`grouped_tiles`)
 CHUNK = CONFIG["stages"] * CONFIG["bk"]  # columns of h a "tile" semaphore covers
-GRAPH_CALLS = 30
+GRAPH_PAIRS = 30
 L2_MULTIPLE = 3
 CHECKED_ROWS = 16
 COPY_BLOCK = 4096  # f32 elements a copy block moves (128 threads)
 COPY_REPLAYS = 25
-
-
-def graph_seconds(enqueue: Callable[[], None], torch: Any, replays: int = 5) -> float:
-    """Median seconds of one replay of a CUDA graph holding what `enqueue` issues on the
-    current stream (run once first, outside the graph, to warm)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        enqueue()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        enqueue()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
 
 
 def _stream() -> int:
@@ -163,12 +139,12 @@ def measure_copy(torch: Any) -> dict[str, Any]:
     n = tiles * COPY_BLOCK
     a = torch.randn(n, device="cuda")
     b, c = torch.empty_like(a), torch.empty_like(a)
-    sems = _semaphore_rows(GRAPH_CALLS, tiles, torch)
+    sems = _semaphore_rows(GRAPH_PAIRS, tiles, torch)
     row: dict[str, Any] = {"tiles": tiles, "blocks_per_sm": per_sm, "bytes": 4 * n}
     for sync, (first, second) in pairs.items():
         launches = [(first.prepare(a, b, sems[i], n), _pointers(a, b, sems[i]),
                      second.prepare(b, c, sems[i], n, 1), _pointers(b, c, sems[i]))
-                    for i in range(GRAPH_CALLS)]
+                    for i in range(GRAPH_PAIRS)]
 
         def enqueue(launches=launches) -> None:
             sems.zero_()
@@ -180,7 +156,7 @@ def measure_copy(torch: Any) -> dict[str, Any]:
         row[f"{'sync' if sync else 'plain'}_correct"] = bool(torch.equal(c, a))
         # a short pair: more replays than the MLP's for a steady median
         row[f"{'sync' if sync else 'plain'}_us"] = \
-            graph_seconds(enqueue, torch, replays=COPY_REPLAYS) / GRAPH_CALLS * 1e6
+            graph_seconds(enqueue, torch, replays=COPY_REPLAYS) / GRAPH_PAIRS * 1e6
     row["overhead"] = row["sync_us"] / row["plain_us"] - 1
     return row
 
@@ -235,7 +211,7 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
     y = torch.empty((M, H), dtype=torch.float16, device="cuda")
     rows = torch.linspace(0, M - 1, min(M, CHECKED_ROWS), device="cuda").round().long()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    calls = GRAPH_CALLS // len(layer.copies) * len(layer.copies)
+    calls = GRAPH_PAIRS // len(layer.copies) * len(layer.copies)
     results, outputs = [], {}
     for policy, split_k, group_m in ((p, s, g) for p in POLICIES for s in splits
                                      for g in group_ms):

@@ -1,19 +1,21 @@
-"""The benchmarks' timer: the median kernel time of a launch, L2 flushed before every
-timed run, behind a GPU sleep so that the host's submission time is not counted
-(`Timer`). `bench.qmm` times the matmuls with it, `bench.read_floor` the read-only
-kernel."""
+"""The benchmarks' timers. `Timer`: the median kernel time of a launch, L2 flushed before
+every timed run, behind a GPU sleep so that the host's submission time is not counted
+(the "isolated" method); `bench.qmm` times the matmuls with it, `bench.read_floor` the
+read-only kernel. `graph_seconds` and `graph_per_call`: the graph method of
+../shared/BENCHMARKS.md (calls captured in a CUDA graph, replays timed)."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 MIN_REPS = 100
 FLUSH_BYTES = 256 << 20
 SLEEP_S = 100e-6  # the GPU sleep before every timed run's flush (Timer)
 L2_FLUSHES = ["write", "read"]
+GRAPH_CALLS = 60  # calls a graph holds (the graph method)
 
 
 class Timer:
@@ -132,3 +134,39 @@ class Timer:
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3, reps
 
+
+def graph_seconds(enqueue: Callable[[], None], torch: Any, replays: int = 5) -> float:
+    """Median seconds of one replay of a CUDA graph holding what `enqueue` issues on the
+    current stream (run once first, outside the graph, to warm)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        enqueue()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        enqueue()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) * 1e-3)
+    return statistics.median(times)
+
+
+def graph_per_call(calls: Sequence[Callable[[], Any]], torch: Any) -> float:
+    """The graph method: seconds per call of `calls` (the same call on each of R copies
+    of its weights), `GRAPH_CALLS // R` rounds of them captured in one graph."""
+    rounds = max(1, GRAPH_CALLS // len(calls))
+
+    def enqueue() -> None:
+        for _ in range(rounds):
+            for call in calls:
+                call()
+
+    return graph_seconds(enqueue, torch) / (rounds * len(calls))
