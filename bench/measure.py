@@ -47,8 +47,9 @@ def check(y: Any, reference: Any, tol: float) -> dict[str, Any]:
 
 
 def run_prepared(prep: Prepared, M: int, K: int, act: str, weights64: Any, timer: Timer,
-                 generator: Any, tol: float) -> dict[str, Any]:
-    """Poison, run once on fresh x, check against float64 x @ weights64, then time."""
+                 generator: Any, tol: float, time_it: bool = True) -> dict[str, Any]:
+    """Poison, run once on fresh x, check against float64 x @ weights64, then (with
+    `time_it`) time it with `timer`."""
     import torch
 
     x = (torch.rand((M, K), device="cuda", generator=generator) * 2 - 1).to(torch_dtype(act))
@@ -66,7 +67,7 @@ def run_prepared(prep: Prepared, M: int, K: int, act: str, weights64: Any, timer
     result = check(y, x.double() @ weights64, tol)
     result["first_call_s"] = first_call
     del y
-    if not result["check_passed"]:
+    if not result["check_passed"] or not time_it:
         return result
     seconds, reps, method = timer(lambda: prep.fn(x))
     # Host time to submit one launch (no sync in between): when it exceeds the kernel's

@@ -31,24 +31,24 @@ def _cell(result: dict) -> str:
 
 def format_summary(results: list[dict], ceilings: dict | None = None) -> str:
     """The short table printed last: one row per (backend, shape, weight type,
-    activation), one column per M; each cell `speedup over cuBLAS, % of roofline`
-    (FAIL: wrong result, ERR: the kernel raised, -: skipped)."""
+    activation, method), one column per M; each cell `speedup over cuBLAS (timed the same
+    way), % of roofline` (FAIL: wrong result, ERR: the kernel raised, -: skipped)."""
     ms = sorted({r["M"] for r in results})
     rows: dict[tuple, dict[int, dict]] = {}
     for r in results:
-        key = (r["backend"], r["shape"], r["wdtype"], r["act"])
+        key = (r["backend"], r["shape"], r["wdtype"], r["act"], r.get("method", "isolated"))
         rows.setdefault(key, {})[r["M"]] = r
     lines = []
     if ceilings:
         lines.append(f"ceilings: copy {ceilings['copy_bw_bytes_per_s'] / 1e12:.2f} TB/s, "
                      f"cuBLAS f16 {ceilings['cublas_f16_tflops']:.0f} TFLOP/s at 8192^3")
     lines.append("cell: speedup over cuBLAS (same shape, activation type), % of roofline")
-    head = f"{'backend':<8} {'shape':<12} {'weights':<7} {'act':<4}" + \
+    head = f"{'backend':<8} {'shape':<12} {'weights':<7} {'act':<4} {'method':<8}" + \
         "".join(f" {'M=' + str(m):>12}" for m in ms)
     lines += [head, "-" * len(head)]
-    for (backend, shape, wdtype, act), by_m in rows.items():
+    for (backend, shape, wdtype, act, method), by_m in rows.items():
         cells = "".join(f" {(_cell(by_m[m]) if m in by_m else ''):>12}" for m in ms)
-        lines.append(f"{backend:<8} {shape:<12} {wdtype:<7} {act:<4}{cells}")
+        lines.append(f"{backend:<8} {shape:<12} {wdtype:<7} {act:<4} {method:<8}{cells}")
     counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "fail", "error", "skip")}
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
     return "\n".join(lines)
@@ -56,7 +56,8 @@ def format_summary(results: list[dict], ceilings: dict | None = None) -> str:
 
 MD_COLUMNS = [("backend", "backend", "s"), ("shape", "shape", "s"), ("N", "N", "d"),
               ("K", "K", "d"), ("M", "M", "d"), ("weights", "wdtype", "s"),
-              ("act", "act", "s"), ("check", "check", "s"), ("max err", "max_err", ".2e"),
+              ("act", "act", "s"), ("method", "method", "s"), ("check", "check", "s"),
+              ("max err", "max_err", ".2e"),
               ("us", "us", ".1f"), ("TB/s", "tbps", ".2f"), ("TFLOP/s", "tflops", ".1f"),
               ("x cuBLAS f16", "speedup_vs_cublas_f16", ".2f"),
               ("x cuBLAS bf16", "speedup_vs_cublas_bf16", ".2f"),
@@ -118,8 +119,8 @@ def jsonable(value: Any) -> Any:
 
 def plot(report: dict, path: str) -> str | None:
     """qmm.png: fraction of roofline against M, one line per weight type (and cuBLAS),
-    one panel per (shape, activation), tilevm solid and gemlite dashed. Returns why it was
-    skipped, or None."""
+    one panel per (shape, activation), tilevm solid, gemlite dashed, Humming dash-dotted;
+    graph-method times where the run has them. Returns why it was skipped, or None."""
     try:
         import matplotlib
 
@@ -128,13 +129,16 @@ def plot(report: dict, path: str) -> str | None:
     except Exception as err:
         return f"matplotlib unavailable: {type(err).__name__}: {err}"
     ok = [r for r in report["results"] if r["status"] == "ok"]
+    methods = {r.get("method", "isolated") for r in ok}
+    headline = "graph" if "graph" in methods else "isolated"
+    ok = [r for r in ok if r.get("method", "isolated") == headline]
     panels = list(dict.fromkeys((r["shape"], r["act"]) for r in ok))
     if not panels:
         return "no timed results to plot"
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.2 * rows), squeeze=False)
-    styles = {"tilevm": "-", "gemlite": "--", "cublas": ":"}
+    styles = {"tilevm": "-", "gemlite": "--", "humming": "-.", "cublas": ":"}
     for ax, (shape, act) in zip(axes.flat, panels):
         lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
         for r in ok:
@@ -157,7 +161,7 @@ def plot(report: dict, path: str) -> str | None:
         ax.legend(fontsize=6, ncol=2)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(f"quantized matmul, {report['environment']['gpu']}")
+    fig.suptitle(f"quantized matmul, {report['environment']['gpu']} ({headline} method)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

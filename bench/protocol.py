@@ -35,6 +35,7 @@ WEIGHT_TYPES = ["int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2"
 ACTS = ["f16", "bf16"]
 BACKENDS = ["tilevm", "cublas", "gemlite", "humming"]
 PEERS = ("gemlite", "humming")  # the quantized baselines, each timed on its own weight types
+METHODS = ["graph", "isolated"]  # ../shared/BENCHMARKS.md; graph is the headline
 GROUP_SIZE = 128
 
 # Presets. The default fits a time budget (--budget-s enforces it); --quick is the smoke
@@ -94,6 +95,7 @@ class Options:
     preset: str = "default"
     gemlite_dtypes: list[str] = field(default_factory=lambda: ["int4"])
     humming_dtypes: list[str] = field(default_factory=lambda: ["int4"])
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
     l2_flush: str = "write"
     read_floor: bool = False
 
@@ -183,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="weight types Humming is timed on (comma list, or all; default "
                              "int4,int3,f6e3m2, --quick int4, --full all); its first call of "
                              "a type and shape compiles CUDA C++ with nvcc")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help="how each kernel is timed (comma list): graph (R weight "
+                             "copies over 3x L2, ~60 calls replayed from a CUDA graph: the "
+                             "headline), isolated (one call after an L2 flush); default both")
     parser.add_argument("--group-size", type=int, default=GROUP_SIZE,
                         help=f"weights per scale along K (default {GROUP_SIZE})")
     parser.add_argument("--budget-s", type=float,
@@ -222,6 +228,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         acts = parse_choices(args.act, ACTS, "activation type") if args.act \
             else list(preset["act"])
         backends = parse_choices(args.backends, BACKENDS, "backend")
+        methods = parse_choices(args.methods, METHODS, "method")
         gemlite_dtypes, humming_dtypes = (
             parse_choices(given, WEIGHT_TYPES, "weight type") if given else list(preset[key])
             for given, key in ((args.gemlite_dtypes, "gemlite_dtypes"),
@@ -238,7 +245,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                    min_reps=args.min_reps, seed=args.seed,
                    install_wheels=args.install_wheels, preset=name,
                    gemlite_dtypes=gemlite_dtypes, humming_dtypes=humming_dtypes,
-                   l2_flush=args.l2_flush,
+                   methods=methods, l2_flush=args.l2_flush,
                    read_floor=args.read_floor)
 
 

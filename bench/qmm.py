@@ -9,7 +9,11 @@ Triton low-bit matmul `gemlite` and Humming (`humming`). Per the protocol:
 - each kernel's output buffer is poisoned with NaN, the kernel is run on fresh random
   inputs and checked against a float64 reference `x @ dequantize(W)` computed on the GPU;
   a failed check is reported and not timed;
-- timing is the median of >= 100 CUDA-event-timed runs, each behind a GPU sleep and a
+- each kernel is timed by the methods of `--methods` (../shared/BENCHMARKS.md), one row
+  each (`method`): "graph", the headline, R copies of its weights (together at least 3x
+  L2, at most 60) called round robin about 60 times from one CUDA graph, the median of 5
+  replays per call; and "isolated":
+- the isolated time is the median of >= 100 CUDA-event-timed runs, each behind a GPU sleep and a
   256 MB L2 flush (no weight is served from L2), every kernel of a run alike: the sleep
   outlasts the host's submission, so a launch's host time (tilevm's Python launch path
   checks its arguments) is not counted (see `bench.timing.Timer`; `triton.testing.do_bench` only
@@ -20,7 +24,8 @@ Triton low-bit matmul `gemlite` and Humming (`humming`). Per the protocol:
 - the two ceilings are measured in the same run: device-to-device copy bandwidth
   (bytes read + written per second) and cuBLAS fp16 TFLOP/s at 8192^3. Each result is
   reported as us, TB/s, TFLOP/s, speedup over cuBLAS on the same shape and activation
-  type, and fraction of its roofline `t_roof = max(bytes / copy_bw, flops / peak)`
+  type timed the same way, and fraction of its roofline
+  `t_roof = max(bytes / copy_bw, flops / peak)`
   with `bytes = N*K*b/8 + (N*K/g)*scale_bytes + 2*M*K + 2*M*N`, `flops = 2*M*N*K`;
 - compile time of each tilevm variant is reported cold (fresh kernel cache) and cached
   (a fresh specialization served from the on-disk cache), separately from the timings;
@@ -78,7 +83,7 @@ from tilevm.bench.baselines import (
     humming_factory,
     peer_status,
 )
-from tilevm.bench.measure import Unsupported, run_prepared
+from tilevm.bench.measure import Prepared, Unsupported, run_prepared
 from tilevm.bench.output import format_summary, write_outputs
 from tilevm.bench.protocol import (
     BACKEND_TOLERANCE_FACTOR,
@@ -89,12 +94,15 @@ from tilevm.bench.protocol import (
     parse_options,
     plan,
     tolerance,
+    torch_dtype,
 )
 from tilevm.bench.read_floor import read_floor_seconds
 from tilevm.bench.roofline import add_read_floor, finish_row, measure_ceilings
 from tilevm.bench.tilevm_adapter import kernels_package, tilevm_matmul_factory
-from tilevm.bench.timing import Timer
+from tilevm.bench.timing import GRAPH_CALLS, Timer, graph_per_call
 from tilevm.bench.weights import Weights, make_weights
+
+L2_MULTIPLE = 3  # the graph method's weight copies fill at least this many L2s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,8 +165,44 @@ def environment() -> dict[str, Any]:
 
 def _base_row(c: Config) -> dict[str, Any]:
     row = asdict(c)
-    row.update(bits=c.bits, status="skip", reason=None, check_passed=None)
+    row.update(bits=c.bits, method="isolated", status="skip", reason=None, check_passed=None)
     return row
+
+
+def _prepare(c: Config, weights: Weights | None, generator: Any) -> tuple[Prepared, Any]:
+    """A launchable of `c`'s backend on `weights` (cuBLAS makes its own), and the float64
+    weights its output is checked against. Called again, it makes another copy."""
+    if c.backend == "cublas":
+        return cublas_factory(c.act, c.M, c.N, c.K, generator)
+    assert weights is not None
+    if c.backend == "tilevm":
+        prep = tilevm_matmul_factory(c.wdtype, c.group_size, c.act, c.M, c.N, c.K, weights)
+    else:
+        prep = {"gemlite": gemlite_factory, "humming": humming_factory}[c.backend](
+            weights, c.act, c.M)
+    return prep, prep.dequantized if prep.dequantized is not None else weights.dequantized
+
+
+def _graph_row(row: dict[str, Any], c: Config, prep: Prepared, weights: Weights | None,
+               generator: Any, l2: int) -> dict[str, Any]:
+    """The graph method's row of a checked configuration: R copies of its weights (the
+    first `prep`'s), together at least `L2_MULTIPLE` x L2 (at most `GRAPH_CALLS` copies:
+    a layer that small stays in L2 whatever we do), called round robin from one CUDA
+    graph (`bench.timing.graph_per_call`)."""
+    import torch
+
+    graph = {**row, "method": "graph", "seconds": None, "timing": "graph"}
+    try:
+        copies = min(GRAPH_CALLS, max(1, -(-L2_MULTIPLE * l2 // max(prep.weight_bytes, 1))))
+        preps = [prep] + [_prepare(c, weights, generator)[0] for _ in range(copies - 1)]
+        x = (torch.rand((c.M, c.K), device="cuda", generator=generator) * 2 - 1).to(
+            torch_dtype(c.act))
+        graph["seconds"] = graph_per_call([lambda p=p: p.fn(x) for p in preps], torch)
+        graph["copies"] = copies
+    except Exception as err:  # a backend whose calls cannot be captured
+        graph.update(status="error", reason=f"graph: {type(err).__name__}: "
+                                            f"{str(err).strip()[:300]}")
+    return graph
 
 
 def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -196,9 +240,10 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
         "options": {k: v for k, v in asdict(options).items()},
         "results": [], "compile": []}
     configs = plan(options)
-    cublas_times: dict[tuple[str, int, str], float] = {}
+    cublas_times: dict[tuple[str, int, str, str], float] = {}
     rows: list[dict] = []
     weights: Weights | None = None
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
     for i, c in enumerate(configs):
         row = _base_row(c)
         rows.append(row)
@@ -207,22 +252,12 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
             row["reason"] = f"time budget of {options.budget_s:.0f} s spent (--budget-s)"
             continue
         try:
-            if c.backend == "cublas":
-                prep, w64 = cublas_factory(c.act, c.M, c.N, c.K, generator)
-            else:
-                if weights is None or (weights.wdtype, weights.N, weights.K) != \
-                        (c.wdtype, c.N, c.K):
-                    weights = None
-                    torch.cuda.empty_cache()
-                    weights = make_weights(c.wdtype, c.group_size, c.N, c.K, generator)
-                if c.backend == "tilevm":
-                    prep = tilevm_matmul_factory(c.wdtype, c.group_size, c.act, c.M, c.N,
-                                                 c.K, weights)
-                else:
-                    prep = {"gemlite": gemlite_factory, "humming": humming_factory}[
-                        c.backend](weights, c.act, c.M)
-                w64 = prep.dequantized if prep.dequantized is not None \
-                    else weights.dequantized
+            if c.backend != "cublas" and (weights is None or (
+                    weights.wdtype, weights.N, weights.K) != (c.wdtype, c.N, c.K)):
+                weights = None
+                torch.cuda.empty_cache()
+                weights = make_weights(c.wdtype, c.group_size, c.N, c.K, generator)
+            prep, w64 = _prepare(c, weights, generator)
             row["note"] = prep.note
             row["weight_bytes"] = prep.weight_bytes
             if prep.compile:
@@ -230,24 +265,32 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
                 if prep.compile not in report["compile"]:
                     report["compile"].append(prep.compile)
             row.update(run_prepared(prep, c.M, c.K, c.act, w64, timer, generator,
-                                    tolerance(c.backend, c.act)))
-            del prep, w64
+                                    tolerance(c.backend, c.act),
+                                    time_it="isolated" in options.methods))
             if row["check_passed"]:
                 row["status"] = "ok"
-                if c.backend == "cublas":
-                    cublas_times[(c.shape, c.M, c.act)] = row["seconds"]
+                if "graph" in options.methods:
+                    graph = _graph_row(row, c, prep, weights, generator, l2)
+                    rows.append(graph)
+                    if c.backend == "cublas" and graph["status"] == "ok":
+                        cublas_times[(c.shape, c.M, c.act, "graph")] = graph["seconds"]
+                if "isolated" not in options.methods:
+                    rows.remove(row)  # (it checked the kernel, the graph row times it)
+                elif c.backend == "cublas":
+                    cublas_times[(c.shape, c.M, c.act, "isolated")] = row["seconds"]
             else:
                 row["status"] = "fail"
                 row["reason"] = f"wrong result: max err {row['max_rel_err']:.3g} x rms > " \
                                 f"{row['tolerance']:.3g}" + \
                                 ("" if row["output_finite"] else " (non-finite output)")
+            del prep, w64
         except Unsupported as err:
             row["reason"] = str(err)
         except Exception as err:
             row["status"] = "error"
             row["reason"] = f"{type(err).__name__}: {str(err).strip()[:300]}"
         if row["status"] != "skip" or i % 50 == 0:
-            log(_progress(i, len(configs), row, time.perf_counter() - start))
+            log(_progress(i, len(configs), rows[-1], time.perf_counter() - start))
     for row in rows:
         finish_row(row, ceilings, cublas_times)
     if options.read_floor:

@@ -82,8 +82,8 @@ def finish_row(row: dict, ceilings: dict, cublas_times: dict) -> dict:
     row.update(bytes=nbytes, flops=flops)
     row.update(metrics(row["seconds"], nbytes, flops, ceilings["copy_bw_bytes_per_s"],
                        ceilings["cublas_f16_tflops"] * 1e12))
-    for act in ACTS:
-        base = cublas_times.get((row["shape"], row["M"], act))
+    for act in ACTS:  # (cuBLAS timed the same way)
+        base = cublas_times.get((row["shape"], row["M"], act, row.get("method", "isolated")))
         row[f"speedup_vs_cublas_{act}"] = base / row["seconds"] if base else None
     row["speedup_vs_cublas"] = row.get(f"speedup_vs_cublas_{row['act']}")
     return row

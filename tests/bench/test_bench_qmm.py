@@ -77,11 +77,13 @@ def test_roofline_of_a_compute_bound_prefill_matmul():
     assert m["tflops"] == pytest.approx(549.755813888)
 
 
-def test_finish_row_adds_speedups_over_cublas_of_the_same_shape_and_activation():
+def test_finish_row_adds_speedups_over_cublas_of_the_same_shape_activation_and_method():
     ceilings = {"copy_bw_bytes_per_s": 3.0e12, "cublas_f16_tflops": 680.0}
     row = {"backend": "tilevm", "shape": "8b.qkv", "N": 12288, "K": 4096, "M": 1,
-           "wdtype": "int4", "act": "f16", "group_size": 128, "bits": 4, "seconds": 16e-6}
-    cublas = {("8b.qkv", 1, "f16"): 48e-6, ("8b.qkv", 16, "f16"): 1.0}
+           "wdtype": "int4", "act": "f16", "group_size": 128, "bits": 4, "seconds": 16e-6,
+           "method": "graph"}
+    cublas = {("8b.qkv", 1, "f16", "graph"): 48e-6, ("8b.qkv", 16, "f16", "graph"): 1.0,
+              ("8b.qkv", 1, "f16", "isolated"): 64e-6}
     roofline.finish_row(row, ceilings, cublas)
     assert row["speedup_vs_cublas_f16"] == pytest.approx(3.0)
     assert row["speedup_vs_cublas"] == pytest.approx(3.0)
@@ -90,6 +92,8 @@ def test_finish_row_adds_speedups_over_cublas_of_the_same_shape_and_activation()
     assert row["roofline_fraction"] == pytest.approx(8.661675e-6 / 16e-6, rel=1e-6)
     untimed = {"backend": "tilevm", "seconds": None, "status": "fail"}
     assert roofline.finish_row(dict(untimed), ceilings, cublas) == untimed
+    isolated = roofline.finish_row(dict(row, method="isolated"), ceilings, cublas)
+    assert isolated["speedup_vs_cublas"] == pytest.approx(4.0)
 
 
 def test_read_floor_metrics_compare_the_kernel_and_the_roofline_with_the_floor():
@@ -121,6 +125,11 @@ def test_default_preset_is_the_8b_layers_and_ragged_n_in_f16_under_a_budget():
     assert o.group_size == 128 and o.min_reps == 100 and o.budget_s == 480
     assert o.gemlite_dtypes == ["int4"] and o.humming_dtypes == ["int4", "int3", "f6e3m2"]
     assert o.l2_flush == "write"  # as triton.testing.do_bench flushes
+
+
+def test_methods_are_graph_and_isolated_by_default_or_as_chosen():
+    assert protocol.parse_options(["out"]).methods == ["graph", "isolated"]
+    assert protocol.parse_options(["out", "--methods", "graph"]).methods == ["graph"]
 
 
 def test_the_l2_flush_is_write_or_read():
@@ -157,7 +166,7 @@ def test_explicit_selections_override_the_preset():
                                   ["--shapes", "12x"], ["--dtypes", "int9"],
                                   ["--act", "f32"], ["--backends", "cutlass"],
                                   ["--group-size", "0"], ["--min-reps", "0"],
-                                  ["--l2-flush", "none"]])
+                                  ["--l2-flush", "none"], ["--methods", "eager"]])
 def test_bad_options_exit_with_status_2(argv, capsys):
     with pytest.raises(SystemExit) as err:
         protocol.parse_options(["out", *argv])
@@ -242,7 +251,8 @@ def test_a_peer_that_does_not_import_says_why_and_how_to_install(monkeypatch):
 
 def _row(backend, M, status="ok", speed=1.52, frac=0.31, wdtype="int4", **extra):
     row = {"backend": backend, "shape": "8b.qkv", "N": 12288, "K": 4096, "M": M,
-           "wdtype": wdtype, "act": "f16", "group_size": 128, "status": status,
+           "wdtype": wdtype, "act": "f16", "group_size": 128, "method": "graph",
+           "status": status,
            "check_passed": {"ok": True, "fail": False}.get(status),
            "speedup_vs_cublas": speed if status == "ok" else None,
            "speedup_vs_cublas_f16": speed if status == "ok" else None,
@@ -261,13 +271,18 @@ def test_summary_pivots_results_by_m():
     lines = text.splitlines()
     assert lines[0] == "ceilings: copy 3.01 TB/s, cuBLAS f16 683 TFLOP/s at 8192^3"
     header = next(line for line in lines if line.startswith("backend"))
-    assert header.split()[4:] == ["M=1", "M=17", "M=4096"]
+    assert header.split()[4:] == ["method", "M=1", "M=17", "M=4096"]
     tilevm = next(line for line in lines if line.startswith("tilevm"))
-    assert tilevm.split() == ["tilevm", "8b.qkv", "int4", "f16", "1.52x", "31%", "-", "FAIL"]
-    assert next(line for line in lines if line.startswith("cublas")).split()[4:] == \
+    assert tilevm.split() == ["tilevm", "8b.qkv", "int4", "f16", "graph", "1.52x", "31%", "-",
+                              "FAIL"]
+    assert next(line for line in lines if line.startswith("cublas")).split()[5:] == \
         ["1.00x", "62%"]
-    assert next(line for line in lines if line.startswith("gemlite")).split()[4:] == ["ERR"]
+    assert next(line for line in lines if line.startswith("gemlite")).split()[5:] == ["ERR"]
     assert lines[-1] == "2 ok, 1 fail, 1 error, 1 skip"
+    # the same kernel timed the other way is a row of its own
+    both = output.format_summary(results + [_row("tilevm", 1, method="isolated", speed=1.4)])
+    assert [line.split()[4:6] for line in both.splitlines() if line.startswith("tilevm")] == \
+        [["graph", "1.52x"], ["isolated", "1.40x"]]
 
 
 def test_markdown_table_has_every_row_and_escapes_pipes():
@@ -284,10 +299,10 @@ def test_markdown_table_has_every_row_and_escapes_pipes():
     rows = [line for line in lines if line.startswith("| tilevm")]
     assert len(rows) == 2
     cells = [c.strip() for c in rows[0].strip("|").split(" | ")]
-    assert cells[:9] == ["tilevm", "8b.qkv", "12288", "4096", "1", "int4", "f16", "pass",
-                         "1.00e-04"]
-    assert cells[9:13] == ["31.2", "1.23", "6.5", "1.52"]
-    assert cells[14] == "31.0%"
+    assert cells[:10] == ["tilevm", "8b.qkv", "12288", "4096", "1", "int4", "f16", "graph",
+                          "pass", "1.00e-04"]
+    assert cells[10:14] == ["31.2", "1.23", "6.5", "1.52"]
+    assert cells[15] == "31.0%"
     assert rows[1].endswith("| a\\|b |")
     assert "| int4 | 128 | 0.432 | - | examples/quantized_matmul.py |" in md
     assert "Ceilings: device copy 3.00 TB/s" in md
@@ -419,12 +434,18 @@ def test_a_tiny_benchmark_runs_checks_and_times_on_the_gpu(tmp_path):
     report = json.loads((tmp_path / "qmm.json").read_text())
     assert status == 0 and report["status"] == "ran"
     assert report["ceilings"]["copy_bw_bytes_per_s"] > 1e11
-    rows = {(r["backend"], r["wdtype"], r["act"], r["M"]): r for r in report["results"]}
-    assert len(rows) == 2 * 2 + 2 * 2 * 2
+    graph = {(r["backend"], r["wdtype"], r["act"], r["M"]): r for r in report["results"]
+             if r["method"] == "graph"}
+    rows = {(r["backend"], r["wdtype"], r["act"], r["M"]): r for r in report["results"]
+            if r["method"] == "isolated"}
+    assert len(rows) == len(graph) == 2 * 2 + 2 * 2 * 2
     for r in rows.values():  # tilevm.kernels runs bf16 too
         assert r["status"] == "ok" and r["check_passed"] and r["reps"] >= 100
         assert r["timing"] in ("do_bench", "events") and r["host_us_per_launch"] > 0
         assert r["us"] > 0 and 0 < r["roofline_fraction"] < 1.5
+    for r in graph.values():  # weight copies (up to 60), replayed from a graph
+        assert r["status"] == "ok" and r["copies"] >= 2 and r["us"] > 0, r.get("reason")
+        assert r["speedup_vs_cublas"] > 0
     assert rows[("tilevm", "int4", "f16", 1)]["speedup_vs_cublas_f16"] > 0
     tilevm_row = rows[("tilevm", "int4", "f16", 1)]
     assert tilevm_row["note"] == "tilevm.kernels"  # not the example fallback
