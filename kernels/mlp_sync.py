@@ -6,11 +6,11 @@ that run at the same time, the second waiting only for the rows of the first it 
   gate and up weights packed side by side in blocks of `bn / 2` columns
   (`interleave_gate_up`), so that a block's `bn` accumulator rows hold `bn / 2` gate
   and the matching `bn / 2` up features; its epilogue stores `silu(gate) * up` (h, half
-  the columns) and posts to the semaphore of its row tile (`tile_post`). It lets the
-  next kernel start at entry (`launch_dependents`, in `block_tile`).
-- `mlp_down`: the same matmul of h by W_down, whose blocks wait, before their first
-  load of h, until every gate_up tile of their row has posted
-  (`generation * producer_tiles` posts: the semaphores are never reset), and which do
+  the columns) and posts (`tile_post`) to the semaphore the policy gives its tile. It
+  lets the next kernel start at entry (`launch_dependents`, in `block_tile`).
+- `mlp_down`: the same matmul of h by W_down (optionally split along K, `split_k`),
+  whose blocks wait, as the policy says, for the gate_up tiles whose columns of h they
+  read (`generation` times their posts: the semaphores are never reset), and which do
   not wait for the previous kernel as a whole (no `wait_prerequisites`). Its tiles'
   rows must be the gate_up tiles' rows: one `bm` for both.
 
@@ -25,8 +25,8 @@ pair):
 - "tile" (TileSync on chunks of h: the `stages * bk` columns one iteration of down's
   main loop reads): a down block waits, before it copies the first k-tile of each
   chunk, for the gate_up tiles that wrote those columns, so it starts on a row as soon
-  as its first chunk exists. Semaphores: `[rows, ceil(F / chunk)]`. (A wait per k-tile,
-  one per gate_up tile, cost a quarter of down where nothing waited.)
+  as its first chunk exists. Semaphores: `[rows, ceil(F / chunk)]` (a chunk, not each
+  k-tile: every wait stops the block's pipeline; docs/tile-sync.md).
 
 The order of gate_up's tiles decides which policy can overlap: its blocks take them in
 groups of `group_m` row tiles, a column tile at a time (`grouped_tiles`, for L2 reuse),

@@ -4,9 +4,8 @@ semaphores in global memory (docs/tile-sync.md), as cuSync does it.
 - `tile_post`: a barrier (every thread's writes of the tile are done), then thread 0
   `fence.acq_rel.gpu` (its view of the block's writes, which the barrier gave it, made
   visible at GPU scope) and `red.relaxed.gpu.global.add.s32`: a fence then a relaxed
-  write is the PTX memory model's release pattern. (`red.release` after the fence
-  fenced twice: a one-wave copy -> copy pair ran 3-6% slower than without sync,
-  against -2 to +1% now; docs/tile-sync.md.)
+  write is the PTX memory model's release pattern (`red.release` after the fence would
+  fence twice; docs/tile-sync.md has what that cost).
 - `tile_wait`: thread 0 spins on `ld.acquire.gpu.global.s32` until
   `(int32)(value - expected) >= 0`, sleeping between tries (`nanosleep`, doubling from
   `FIRST_SLEEP_NS` up to `LONGEST_SLEEP_NS`), then a barrier hands what it acquired to
