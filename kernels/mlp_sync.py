@@ -120,7 +120,7 @@ def down_blocks_per_sm(M: int, H: int, bm: int, bn: int, split_k: int, sms: int)
     """The cap on down's blocks per SM (`Kernel.prepare(max_blocks_per_sm=)`) that
     spreads them as a launch on an idle GPU would: their even share of the `sms` SMs.
     Launched as a dependent of gate_up, they take the SMs gate_up's blocks free first,
-    two or more on one SM while others idle."""
+    and may pile up two or more on one SM while others idle."""
     blocks = -(-M // bm) * -(-H // bn) * split_k
     return -(-blocks // sms)
 
