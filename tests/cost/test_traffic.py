@@ -254,3 +254,49 @@ def test_causal_attention_fetches_one_tile_past_the_diagonal():
     assert t.tensors["k"].read == t.tensors["v"].read == 2 * tile * d * tiles * BH
     assert t.flops["tensor_core"] == 4 * tile * tile * d * n * (n + 1) // 2 * BH
     assert not t.approximate
+
+
+# ---- bytes in flight -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("tile, sizes", [((32, 32, 32), (64, 96, 128)),
+                                         ((64, 32, 16), (128, 4096, 4096))])
+def test_in_flight_is_one_k_step_of_the_matmul_examples_loop(tile, sizes):
+    g_m, g_n, bk = tile
+    M, N, K = sizes
+    t = analyze_traffic(matmul.specialize(bm=g_m, bn=g_n, bk=bk), {"M": M, "N": N, "K": K})
+    assert t.in_flight == (g_m * bk + bk * g_n) * 2  # an f16 tile of A and one of B
+
+
+@tv.kernel(num_warps=1)
+def two_loops(x: tv.ptr(tv.f32, const=True), y: tv.ptr(tv.f32), n: tv.int32, m: tv.int32):
+    """A loop of one 32-float load an iteration, then one of two, then a load outside
+    any loop."""
+    gx = tv.global_view(x, [n])
+    acc = tv.zeros([32], tv.f32)
+    for i in tv.range(0, n // 64):
+        acc = acc + tv.load_global(gx, [i * 32], [32])
+    for j in tv.range(0, m):
+        acc = acc + tv.load_global(gx, [j * 128], [32]) + tv.load_global(gx, [j * 128 + 32],
+                                                                          [32])
+    acc = acc + tv.load_global(gx, [0], [32])
+    tv.store_global(tv.global_view(y, [32]), acc, [0])
+
+
+def test_in_flight_takes_the_loop_that_reads_the_most_over_the_launch():
+    # the first loop reads 128 bytes an iteration, 100 times; the second 256, 3 times
+    t = analyze_traffic(two_loops.specialize(), {"n": 6400, "m": 3})
+    assert t.in_flight == 128
+    # with the second loop the longer reader, its iterations count
+    t = analyze_traffic(two_loops.specialize(), {"n": 64, "m": 40})
+    assert t.in_flight == 256
+
+
+@tv.kernel(num_warps=1)
+def no_loop(x: tv.ptr(tv.f32, const=True), y: tv.ptr(tv.f32)):
+    gx = tv.global_view(x, [96])
+    v = tv.load_global(gx, [0], [32]) + tv.load_global(gx, [32], [32])
+    tv.store_global(tv.global_view(y, [32]), v + tv.load_global(gx, [64], [32]), [0])
+
+
+def test_in_flight_without_a_loop_is_everything_the_block_reads():
+    assert analyze_traffic(no_loop.specialize(), {}).in_flight == 3 * 32 * 4
