@@ -98,12 +98,8 @@ class Traffic:
     cover (ragged edges included); `per_block`: `total` over the grid's blocks (floor),
     `block_max`: the most any one block moves; `flops` and `flops_per_block` by unit
     (`UNITS`); `tensors`: by pointer argument; `working_set`: the tensors' footprints
-    together; `in_flight`: the global bytes a block has in flight at once, taken as one
-    iteration of the launch's streaming loop (of the innermost loops that read global
-    memory, `Counts.loop_reads`, the one that reads the most over the launch; the most
-    one of its iterations reads), or a block's reads where no loop reads; `approximate`:
-    a sampled range was not uniform, a condition or an offset could not be evaluated, or
-    the DRAM estimate's lookback was cut short."""
+    together; `approximate`: a sampled range was not uniform, a condition or an offset
+    could not be evaluated, or the DRAM estimate's lookback was cut short."""
 
     grid: tuple[int, int, int]
     total: Mapping[str, int]
@@ -115,7 +111,6 @@ class Traffic:
     tensors: Mapping[str, TensorTraffic]
     dram: int
     working_set: int
-    in_flight: int
     approximate: bool
 
 
@@ -177,8 +172,6 @@ def _result(grid: tuple[int, int, int], total: Counts, block_max: dict[str, int]
                                    fetched + bits_to_bytes(estimate.written.get(p, 0)))
     dram = sum(t.dram for t in tensors.values())
     levels = {level: bits_to_bytes(total.moved[level]) for level in LEVELS}
-    streaming = max(total.loop_reads.values(), default=None)  # (reads in all, most)
-    streamed = streaming[1] if streaming else total.global_reads() // max(blocks, 1)
     return Traffic(
         grid=grid, total={**levels, "dram": dram},
         issued={level: bits_to_bytes(total.issued[level]) for level in LEVELS},
@@ -188,5 +181,4 @@ def _result(grid: tuple[int, int, int], total: Counts, block_max: dict[str, int]
         flops_per_block={u: total.flops[u] // blocks if blocks else 0 for u in UNITS},
         tensors=tensors, dram=dram,
         working_set=sum(t.footprint for t in tensors.values()),
-        in_flight=bits_to_bytes(streamed),
         approximate=approximate or estimate.approximate)

@@ -34,8 +34,8 @@ from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.transform import nested_statements
 from tilevm.ir.types import MemorySpace, Tensor
 
-__all__ = ["LEVELS", "READ_LEVELS", "EXACT_EXTENT", "SEGMENTS", "Context", "Counts", "View",
-           "Walker", "Unknown", "UNKNOWN", "bind_scalars", "sample", "bits_to_bytes"]
+__all__ = ["LEVELS", "EXACT_EXTENT", "SEGMENTS", "Context", "Counts", "View", "Walker",
+           "Unknown", "UNKNOWN", "bind_scalars", "sample", "bits_to_bytes"]
 
 LEVELS = ("global->register", "global->shared", "shared->register", "register->shared",
           "register->global")
@@ -130,16 +130,8 @@ class Context:
 
 # ---- one block's walk --------------------------------------------------------------------
 
-READ_LEVELS = ("global->register", "global->shared")
-
-
 class Counts:
-    """What a walk adds up, in bits and operations (mutable, merged with weights).
-
-    `loop_reads`: per innermost loop that reads global memory (no loop inside it does;
-    by the loop statement's identity), [its global reads in all, the most one of its
-    iterations issues]; merged by adding the first (weighted) and keeping the larger
-    second."""
+    """What a walk adds up, in bits and operations (mutable, merged with weights)."""
 
     def __init__(self) -> None:
         self.moved = dict.fromkeys(LEVELS, 0)
@@ -147,7 +139,6 @@ class Counts:
         self.flops = dict.fromkeys(UNITS, 0)
         self.tensor_moved: dict[tuple[str, str], int] = {}  # (pointer, read|write) -> bits
         self.tensor_issued: dict[tuple[str, str], int] = {}
-        self.loop_reads: dict[int, tuple[int, int]] = {}
         self.approximate = False
 
     def add(self, other: Counts, weight: int) -> None:
@@ -157,14 +148,7 @@ class Counts:
                              (self.tensor_issued, other.tensor_issued)):
             for key, value in theirs.items():
                 mine[key] = mine.get(key, 0) + value * weight
-        for loop, (reads, most) in other.loop_reads.items():
-            mine_reads, mine_most = self.loop_reads.get(loop, (0, 0))
-            self.loop_reads[loop] = (mine_reads + reads * weight, max(mine_most, most))
         self.approximate |= other.approximate
-
-    def global_reads(self) -> int:
-        """Bits issued from global memory (whole tiles)."""
-        return sum(self.issued[level] for level in READ_LEVELS)
 
     def signature(self) -> tuple[int, ...]:
         """The counts, to tell whether two samples of a run agree."""
@@ -256,17 +240,15 @@ class Walker:
     def _loop(self, stmt: For, counts: Counts) -> None:
         start, step, trips = self.bounds(stmt)
         if trips <= EXACT_EXTENT or id(stmt) in self.context.assigning_loops:
-            picks = [(i, 1, False) for i in range(trips)]
-        else:
-            picks = sample(trips)
+            for i in range(trips):
+                self.env[stmt.var] = start + i * step
+                self.walk(stmt.body, counts)
+            return
         run: set[tuple[int, ...]] = set()
-        for i, weight, interior in picks:
+        for i, weight, interior in sample(trips):
             self.env[stmt.var] = start + i * step
             iteration = Counts()
             self.walk(stmt.body, iteration)
-            if not iteration.loop_reads and iteration.global_reads():  # innermost
-                iteration.loop_reads[id(stmt)] = (iteration.global_reads(),
-                                                  iteration.global_reads())
             counts.add(iteration, weight)
             if interior:
                 run.add(iteration.signature())
