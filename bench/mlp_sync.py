@@ -319,7 +319,9 @@ def format_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked (argparse's exit with status 2 and the reason on a bad
+    value): `layers`, `wdtypes`, `ms`, `splits`, `group_ms` as lists."""
     parser = argparse.ArgumentParser(prog="python -m tilevm.bench.mlp_sync",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="output folder (mlp_sync.json, mlp_sync.md)")
@@ -331,6 +333,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-m", default=GROUP_M,
                         help="comma-separated row tiles a group of gate_up's tiles")
     args = parser.parse_args(argv)
+    args.layers = [name.strip() for name in args.layers.split(",")]
+    unknown = [name for name in args.layers if name not in LAYERS]
+    if unknown:
+        parser.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
+    args.wdtypes = [name.strip() for name in args.wdtypes.split(",")]
+    for name in args.wdtypes:
+        try:
+            code_type(name)
+        except ValueError as err:  # (DTypeError is one)
+            parser.error(f"--wdtypes: {err}")
+    for option in ("m", "splits", "group_m"):
+        text = getattr(args, option)
+        try:
+            values = [int(v) for v in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or min(values) < 1:
+            parser.error(f"--{option.replace('_', '-')} takes positive integers separated "
+                         f"by commas, got {text!r}")
+        setattr(args, {"m": "ms", "group_m": "group_ms"}.get(option, option), values)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_options(argv)
     try:
         import torch
     except ImportError:
@@ -339,23 +366,18 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         print("bench.mlp_sync needs an sm_90 GPU (its kernels use wgmma)", file=sys.stderr)
         return 2
-    layers = [name.strip() for name in args.layers.split(",")]
-    unknown = [name for name in layers if name not in LAYERS]
-    if unknown:
-        parser.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
-    ms, splits, group_ms = ([int(v) for v in text.split(",")]
-                            for text in (args.m, args.splits, args.group_m))
+    layers, ms, splits, group_ms = args.layers, args.ms, args.splits, args.group_ms
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
     gpu_name = torch.cuda.get_device_name()
     report: dict[str, Any] = {"gpu": gpu_name, "l2_bytes": l2, "rows": []}
     report["copy"] = measure_copy(torch)
     print(json.dumps(report["copy"]), flush=True)
-    for wdtype in args.wdtypes.split(","):
+    for wdtype in args.wdtypes:
         for name in layers:
-            layer = MlpLayer(wdtype.strip(), *LAYERS[name], l2, torch)
+            layer = MlpLayer(wdtype, *LAYERS[name], l2, torch)
             for M in ms:
-                report["rows"] += measure_mlp(layer, name, wdtype.strip(), M, torch, gpu_name,
+                report["rows"] += measure_mlp(layer, name, wdtype, M, torch, gpu_name,
                                               splits, group_ms)
                 print(json.dumps(report["rows"][-2 * len(POLICIES):]), flush=True)
             del layer

@@ -77,3 +77,24 @@ def test_gpu_a_small_run_checks_its_outputs_and_writes_the_report(tmp_path):
     (cell,) = report["cells"]
     assert cell["M"] == 200 and cell["best"] in ("row", "tile")
     assert "| 8b | int4 | 200 |" in (tmp_path / "mlp_sync.md").read_text()
+
+
+def test_options_default_to_the_issues_shapes_and_split_their_lists():
+    o = mlp_sync.parse_options(["out"])
+    assert o.layers == ["8b", "70b"] and o.wdtypes == ["int4", "int3"]
+    assert o.ms == [128, 256, 512, 1024, 2048] and o.splits == [1, 2, 4] and o.group_ms == [8]
+    o = mlp_sync.parse_options(["out", "--m", "200", "--splits", "3", "--group-m", "1,8"])
+    assert o.ms == [200] and o.splits == [3] and o.group_ms == [1, 8]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "8b,13b"], "unknown layer '13b'"),
+    (["--wdtypes", "int9"], "unknown data type 'int9'"),
+    (["--wdtypes", "f16"], "1..8-bit codes"),
+    (["--m", "0"], "--m takes positive integers"),
+    (["--splits", "2,x"], "--splits takes positive integers"),
+    (["--group-m", ""], "--group-m takes positive integers")])
+def test_bad_options_exit_with_status_2_and_the_reason(argv, message, capsys):
+    with pytest.raises(SystemExit) as err:
+        mlp_sync.parse_options(["out", *argv])
+    assert err.value.code == 2 and message in capsys.readouterr().err
