@@ -191,7 +191,8 @@ def _graph_row(row: dict[str, Any], c: Config, prep: Prepared, weights: Weights 
     graph (`bench.timing.graph_per_call`)."""
     import torch
 
-    graph = {**row, "method": "graph", "seconds": None, "timing": "graph"}
+    graph = {**row, "method": "graph", "seconds": None, "timing": "graph", "reps": None,
+             "host_us_per_launch": None}  # (those two are the isolated timing's)
     try:
         copies = min(GRAPH_CALLS, max(1, -(-L2_MULTIPLE * l2 // max(prep.weight_bytes, 1))))
         preps = [prep] + [_prepare(c, weights, generator)[0] for _ in range(copies - 1)]
