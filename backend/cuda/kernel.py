@@ -50,7 +50,6 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 
-
 def capped_shared_bytes(blocks: int, static: int, dynamic: int, per_sm: int,
                         reserved: int) -> int:
     """Dynamic shared bytes for a block that uses `static` + `dynamic` so that at most
@@ -60,6 +59,7 @@ def capped_shared_bytes(blocks: int, static: int, dynamic: int, per_sm: int,
         raise ArgumentValueError(f"max_blocks_per_sm must be a positive int, got {blocks!r}")
     footprint = per_sm // (blocks + 1) + 1  # blocks + 1 of these exceed the SM
     return max(dynamic, footprint - static - reserved)
+
 
 class _TorchFastPath:
     """The launch path of `Kernel.__call__` for its common case: every pointer argument a
