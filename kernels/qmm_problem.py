@@ -93,28 +93,29 @@ class QmmProblem:
     def inputs(self, s: Schedule) -> list[list[Any]]:
         name = self.inputs_name(s)
         if name not in self._inputs:
-            small_n = 72 if self.N % 8 == 0 else 71
-            small_m = 5 if s.bm > 8 else 3
-            small_k = self.group_size * max(2, s.split_k * s.unroll)  # a chunk a split
-            gate = _weights(self.rng, self.wdtype, small_k, small_n, self.group_size,
-                            every_code=True)
-            x_gate = self.rng.uniform(-2, 2, (small_m, small_k)).astype(np.float16)
+            gate, x_gate = self._small_problem(s, self.rng)
             x_gate.flat[:SPECIAL_F16.size * 3] = np.tile(SPECIAL_F16, 3)[:x_gate.size]
             self._inputs[name] = [_args(s, self.timed, self.x), _args(s, gate, x_gate)]
         return self._inputs[name]
-
 
     def sample_inputs(self, s: Schedule, i: int) -> list[Any]:
         """Input set `i` of a winner's final check (module docstring)."""
         rng = np.random.default_rng([self.M, self.N, self.K, i])
         if i % SAMPLE_GATE_EVERY == SAMPLE_GATE_EVERY - 1:
-            small_n = 72 if self.N % 8 == 0 else 71
-            K = self.group_size * max(2, s.split_k * s.unroll)
-            qw = _weights(rng, self.wdtype, K, small_n, self.group_size, every_code=True)
-            x = rng.uniform(-2, 2, (5 if s.bm > 8 else 3, K)).astype(np.float16)
+            qw, x = self._small_problem(s, rng)
             self._sample_weights[id(qw.packed)] = qw
             return _args(s, qw, x)
         return _args(s, self.timed, rng.uniform(-1, 1, (self.M, self.K)).astype(np.float16))
+
+    def _small_problem(self, s: Schedule, rng: np.random.Generator
+                       ) -> tuple[QuantizedWeight, np.ndarray]:
+        """Weights holding every code and activations of a small ragged problem for `s`:
+        N ragged where the timed N may be, a whole chunk of K for every split."""
+        small_n = 72 if self.N % 8 == 0 else 71
+        small_k = self.group_size * max(2, s.split_k * s.unroll)
+        qw = _weights(rng, self.wdtype, small_k, small_n, self.group_size, every_code=True)
+        x = rng.uniform(-2, 2, (5 if s.bm > 8 else 3, small_k)).astype(np.float16)
+        return qw, x
 
     def check_outputs(self, args: list[Any], arrays: tuple[np.ndarray, ...]
                       ) -> tuple[int, str | None]:
