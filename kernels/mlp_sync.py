@@ -49,7 +49,7 @@ import numpy as np
 from tilevm.cost.hardware import GPU
 from tilevm.cost.model import Resources, blocks_per_sm, waves
 from tilevm.dtypes import DataType
-from tilevm.kernels.qmm import activation_type
+from tilevm.kernels.qmm import activation_type, splitk_sizes
 from tilevm.kernels.qmm_wgmma import split_range, store_output, wgmma_mainloop
 from tilevm.layouts import local
 from tilevm.vm import lang as tv
@@ -109,11 +109,9 @@ def semaphores(policy: str, M: int, F: int, bm: int, chunk: int, split_k: int = 
 
 
 def workspace(M: int, H: int, bm: int, bn: int, split_k: int) -> tuple[int, int]:
-    """(f32 words, int32 counters) down's split-K reduction takes (none without)."""
-    if split_k == 1:
-        return 0, 0
-    tiles = -(-M // bm) * -(-H // bn)
-    return split_k * tiles * bm * bn, tiles
+    """(f32 words, int32 counters) down's split-K reduction takes (`qmm.splitk_sizes`;
+    none without a split)."""
+    return splitk_sizes(M, H, bm, bn, split_k) if split_k > 1 else (0, 0)
 
 
 def down_blocks_per_sm(M: int, H: int, bm: int, bn: int, split_k: int, sms: int) -> int:
