@@ -95,10 +95,8 @@ def search_schedule(wdtype: DataType | str, M: int, N: int, K: int, *, start: Sc
         def run(point: tuple[object, ...]) -> float | None:
             s = space.candidate(point)
             assert s is not None  # (the space's moves land on candidates only)
-            name = problem.inputs_name(s)
-            if name not in runner.inputs:
-                runner.add_inputs(name, problem.inputs(s))
-            outcome = runner.run(Candidate(problem.program(s), inputs=name))
+            outcome = runner.run(Candidate(problem.program(s),
+                                           inputs=_registered(runner, problem, s)))
             return outcome.seconds if outcome.valid else None
 
         found = anneal_measured(first, space.neighbour, run, steps=steps, seed=seed,
@@ -255,10 +253,19 @@ def _problem(wdtype: DataType | str, M: int, N: int, K: int, group_size: int, se
     return given
 
 
-def _timed(runner: Runner, problem: QmmProblem, kernel: TunedKernel) -> float:
-    name = problem.inputs_name(kernel.schedule)
+def _registered(runner: Runner, problem: QmmProblem, s: Schedule, *,
+                timed_only: bool = False) -> str:
+    """The name of `s`'s input sets in `runner` (`problem.inputs`: the timed set and the
+    gate set, or the timed one alone), registered there the first time."""
+    name = problem.inputs_name(s) + (":timed" if timed_only else "")
     if name not in runner.inputs:
-        runner.add_inputs(name, problem.inputs(kernel.schedule)[:1])
+        sets = problem.inputs(s)
+        runner.add_inputs(name, sets[:1] if timed_only else sets)
+    return name
+
+
+def _timed(runner: Runner, problem: QmmProblem, kernel: TunedKernel) -> float:
+    name = _registered(runner, problem, kernel.schedule, timed_only=True)
     outcome = runner.run(_candidate(problem, kernel, name))
     if not outcome.valid or outcome.seconds is None:
         raise RuntimeError(f"{kernel.schedule} failed to run: {outcome.error}")
