@@ -33,6 +33,7 @@ from typing import Any
 import tilevm as tv
 from tilevm import kernels
 from tilevm.bench.examples import load_example
+from tilevm.bench.measure import max_relative_error
 from tilevm.bench.timing import GRAPH_CALLS, graph_per_call
 from tilevm.kernels import quantize, quantized_matmul
 
@@ -90,13 +91,12 @@ def measure_layer(name: str, M: int, torch: Any, l2: int) -> list[dict[str, Any]
     reference = x.double() @ qw0.dequantize().double()
     y = quantized_matmul(x, qw0)  # tunes (once per machine) and prepares
     torch.cuda.synchronize()
-    error = float((y.double() - reference).abs().max() / reference.abs().max())
+    error = max_relative_error(y, reference)
     del w
     wf = torch.randn(N, K, device="cuda", dtype=torch.float16, generator=gen)
     wfs = [wf] + [wf + 0.001 * i for i in range(1, _copies(wf.numel() * 2, l2))]
     f_reference = x.double() @ wf.double().t()
-    f_error = float((torch.nn.functional.linear(x, wf).double() - f_reference).abs().max()
-                    / f_reference.abs().max())
+    f_error = max_relative_error(torch.nn.functional.linear(x, wf), f_reference)
     backends = {
         "tilevm": ([lambda q=q: quantized_matmul(x, q) for q in qws], error),
         "cublas_f16": ([lambda v=v: torch.nn.functional.linear(x, v) for v in wfs], f_error),

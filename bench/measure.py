@@ -30,6 +30,11 @@ class Prepared:
     note: str = ""
 
 
+def max_relative_error(got: Any, want: Any) -> float:
+    """max |got - want| over max |want| (torch tensors; `want` float64)."""
+    return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
 def check(y: Any, reference: Any, tol: float) -> dict[str, Any]:
     """Compare a result with its float64 reference: max |y - ref| relative to rms(ref),
     which passes when finite and at most `tol` (see `protocol.tolerance`)."""

@@ -41,6 +41,7 @@ from typing import Any
 from tilevm import kernels
 from tilevm.backend.cuda import driver
 from tilevm.backend.launch import compiled_kernel
+from tilevm.bench.measure import max_relative_error
 from tilevm.bench.timing import graph_seconds
 from tilevm.bench.weights import make_weights
 from tilevm.cost.hardware import gpu_for_device
@@ -193,10 +194,6 @@ class MlpLayer:
         return torch.nn.functional.silu(gate) * up, h[rows].double() @ self.down.dequantized
 
 
-def _relative_error(got: Any, want: Any) -> float:
-    return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
-
-
 def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                 gpu_name: str, splits: Sequence[int] = (1,), group_ms: Sequence[int] = (8,)
                 ) -> list[dict[str, Any]]:
@@ -254,8 +251,8 @@ def measure_mlp(layer: MlpLayer, name: str, wdtype: str, M: int, torch: Any,
                    "copies": len(layer.copies), "gpu": gpu_name}
             if not synced:
                 want_h, want_y = layer.reference(x, h, rows)
-                row["h_error"] = _relative_error(h[rows], want_h)
-                row["y_error"] = _relative_error(y[rows], want_y)
+                row["h_error"] = max_relative_error(h[rows], want_h)
+                row["y_error"] = max_relative_error(y[rows], want_y)
             else:
                 row["bitwise_equal"] = bool(torch.equal(
                     y, outputs[policy, split_k, group_m, False]))
