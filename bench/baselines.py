@@ -6,6 +6,7 @@ to 8 bits), installed from `bench/wheels/` when asked (the GPU machine has no ne
 
 from __future__ import annotations
 
+import functools
 import importlib
 import subprocess
 import sys
@@ -51,19 +52,17 @@ def gemlite_unsupported(wdtype: str, group_size: int, act: str, N: int, K: int) 
 
 PEER_MODULES = {"gemlite": "gemlite", "humming": "humming"}
 _STATUS: dict[str, dict[str, Any]] = {}
-_INSTALL: dict[str, str] = {}
 
 
+@functools.cache
 def _install_wheels() -> str:
     """pip install --no-deps --no-index every wheel in bench/wheels, once."""
-    if not _INSTALL:
-        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-               *map(str, sorted(WHEELS.glob("*.whl")))]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        _INSTALL["result"] = "ok" if done.returncode == 0 else \
-            f"failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}"
-        importlib.invalidate_caches()
-    return _INSTALL["result"]
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+           *map(str, sorted(WHEELS.glob("*.whl")))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    importlib.invalidate_caches()
+    return "ok" if done.returncode == 0 else \
+        f"failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}"
 
 
 def peer_status(name: str, install_wheels: bool = False) -> dict[str, Any]:
