@@ -32,13 +32,13 @@ from typing import Any
 
 import tilevm as tv
 from tilevm import kernels
+from tilevm.backend.gpu_run import cold_l2_copies
 from tilevm.bench.examples import load_example
 from tilevm.bench.measure import max_relative_error
 from tilevm.bench.timing import GRAPH_CALLS, graph_per_call
 from tilevm.kernels import quantize, quantized_matmul
 
 LAYERS = {"8b_qkv": (12288, 4096), "8b_down": (4096, 14336), "70b_gate_up": (57344, 8192)}
-L2_MULTIPLE = 3
 HOST_CALLS = 1000
 
 
@@ -73,11 +73,6 @@ def _host_submit(calls: list[Callable[[], Any]], torch: Any, batch: int = 50) ->
     return statistics.median(seconds)
 
 
-def _copies(nbytes: int, l2: int) -> int:
-    """R: copies of `nbytes` of weights that together reach `L2_MULTIPLE` L2 sizes."""
-    return max(1, -(-L2_MULTIPLE * l2 // nbytes))
-
-
 def measure_layer(name: str, M: int, torch: Any, l2: int) -> list[dict[str, Any]]:
     """Both backends on one layer and M: check, then every method."""
     N, K = LAYERS[name]
@@ -87,14 +82,14 @@ def measure_layer(name: str, M: int, torch: Any, l2: int) -> list[dict[str, Any]
     w = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=gen) * 0.02
     qw0 = quantize(w, "int4", 128, format="fragments")
     qws = [qw0] + [quantize(w + 0.001 * i, "int4", 128, format="fragments")
-                   for i in range(1, _copies(qw0.nbytes, l2))]
+                   for i in range(1, cold_l2_copies(qw0.nbytes, l2))]
     reference = x.double() @ qw0.dequantize().double()
     y = quantized_matmul(x, qw0)  # tunes (once per machine) and prepares
     torch.cuda.synchronize()
     error = max_relative_error(y, reference)
     del w
     wf = torch.randn(N, K, device="cuda", dtype=torch.float16, generator=gen)
-    wfs = [wf] + [wf + 0.001 * i for i in range(1, _copies(wf.numel() * 2, l2))]
+    wfs = [wf] + [wf + 0.001 * i for i in range(1, cold_l2_copies(wf.numel() * 2, l2))]
     f_reference = x.double() @ wf.double().t()
     f_error = max_relative_error(torch.nn.functional.linear(x, wf), f_reference)
     backends = {

@@ -40,6 +40,7 @@ from typing import Any
 
 from tilevm import kernels
 from tilevm.backend.cuda import driver
+from tilevm.backend.gpu_run import cold_l2_copies
 from tilevm.backend.launch import compiled_kernel
 from tilevm.bench.measure import max_relative_error
 from tilevm.bench.timing import graph_seconds
@@ -64,7 +65,6 @@ SPLITS = "1,2,4"  # down's split_k
 GROUP_M = "8"  # gate_up's row tiles a group (`grouped_tiles`)
 CHUNK = CONFIG["stages"] * CONFIG["bk"]  # columns of h a "tile" semaphore covers
 GRAPH_PAIRS = 30
-L2_MULTIPLE = 3
 CHECKED_ROWS = 16
 COPY_BLOCK = 4096  # f32 elements a copy block moves (128 threads)
 COPY_REPLAYS = 25
@@ -178,7 +178,7 @@ class MlpLayer:
         packed = [(kernels.pack_weights(w.codes, wdtype, kernels.FRAGMENTS), w.scales)
                   for w in (self.gate_up, self.down)]
         nbytes = sum(p.numel() + s.numel() * 2 for p, s in packed)
-        copies = max(1, -(-L2_MULTIPLE * l2 // nbytes))
+        copies = cold_l2_copies(nbytes, l2)
         self.copies = [packed] + [[(p.clone(), s.clone()) for p, s in packed]
                                   for _ in range(copies - 1)]
 

@@ -11,7 +11,7 @@ Triton low-bit matmul `gemlite` and Humming (`humming`). Per the protocol:
   a failed check is reported and not timed;
 - each kernel is timed by the methods of `--methods` (../shared/BENCHMARKS.md), one row
   each (`method`): "graph", the headline, R copies of its weights (together at least 3x
-  L2, at most 60) called round robin about 60 times from one CUDA graph, the median of 5
+  L2, at most 64) called round robin about 60 times from one CUDA graph, the median of 5
   replays per call; and "isolated":
 - the isolated time is the median of >= 100 CUDA-event-timed runs, each behind a GPU sleep and a
   256 MB L2 flush (no weight is served from L2), every kernel of a run alike: the sleep
@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from tilevm import __version__
+from tilevm.backend.gpu_run import cold_l2_copies
 from tilevm.bench.baselines import (
     cublas_factory,
     gemlite_factory,
@@ -99,10 +100,8 @@ from tilevm.bench.protocol import (
 from tilevm.bench.read_floor import read_floor_seconds
 from tilevm.bench.roofline import add_read_floor, finish_row, measure_ceilings
 from tilevm.bench.tilevm_adapter import kernels_package, tilevm_matmul_factory
-from tilevm.bench.timing import GRAPH_CALLS, Timer, graph_per_call
+from tilevm.bench.timing import Timer, graph_per_call
 from tilevm.bench.weights import Weights, make_weights
-
-L2_MULTIPLE = 3  # the graph method's weight copies fill at least this many L2s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,15 +185,15 @@ def _prepare(c: Config, weights: Weights | None, generator: Any) -> tuple[Prepar
 def _graph_row(row: dict[str, Any], c: Config, prep: Prepared, weights: Weights | None,
                generator: Any, l2: int) -> dict[str, Any]:
     """The graph method's row of a checked configuration: R copies of its weights (the
-    first `prep`'s), together at least `L2_MULTIPLE` x L2 (at most `GRAPH_CALLS` copies:
-    a layer that small stays in L2 whatever we do), called round robin from one CUDA
-    graph (`bench.timing.graph_per_call`)."""
+    first `prep`'s), together at least 3x L2 (`gpu_run.cold_l2_copies`, the runner's
+    rule: at most 64 copies, a layer that small stays in L2 whatever we do), called
+    round robin from one CUDA graph (`bench.timing.graph_per_call`)."""
     import torch
 
     graph = {**row, "method": "graph", "seconds": None, "timing": "graph", "reps": None,
              "host_us_per_launch": None}  # (those two are the isolated timing's)
     try:
-        copies = min(GRAPH_CALLS, max(1, -(-L2_MULTIPLE * l2 // max(prep.weight_bytes, 1))))
+        copies = cold_l2_copies(prep.weight_bytes, l2)
         preps = [prep] + [_prepare(c, weights, generator)[0] for _ in range(copies - 1)]
         x = (torch.rand((c.M, c.K), device="cuda", generator=generator) * 2 - 1).to(
             torch_dtype(c.act))
