@@ -155,8 +155,9 @@ def humming_factory(w: Weights, act: str, M: int) -> Prepared:
               "scale_dtype": {"f16": "float16", "bf16": "bfloat16"}[act]}
     with torch.device("cuda"):
         layer = HummingLayer(shape_n=w.N, shape_k=w.K, weight_config=config, torch_dtype=dt)
-    tensors = HummingWeightSchema.quant_tensor(w.dequantized.t().float(), layer.weight_schema,
-                                               dt)
+    # Humming's quantizer views its input in groups: it needs [N, K] contiguous
+    weights_nk = w.dequantized.t().contiguous().float()
+    tensors = HummingWeightSchema.quant_tensor(weights_nk, layer.weight_schema, dt)
     dequantized = layer.weight_schema.dequant_tensors(tensors).t().double()  # [K, N]
     nbytes = sum(int(t.numel() * t.element_size()) for t in tensors.values())
     layer.load_from_tensors(tensors)
