@@ -51,7 +51,7 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # candidates change (or a change to the kernels moves their times), so that problems tuned
 # over an older space are tuned again instead of keeping a winner among fewer (or other)
 # kernels.
-SPACE_VERSION = 11
+SPACE_VERSION = 12
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -222,12 +222,14 @@ class WgmmaTile(NamedTuple):
 
 class MiddleTile(NamedTuple):
     """A tiling of the register-A wgmma kernel between decode and prefill, with the K
-    splits timed for it (4 stages, x and the codes two k-tiles ahead)."""
+    splits timed for it (4 stages, x two k-tiles ahead, the codes two, or four where
+    `deep` and they are at most `DEEP_PREFETCH_BITS` wide)."""
 
     bm: int
     num_warps: int
     half_atoms: bool
     splits: tuple[int, ...]
+    deep: bool = False
 
 
 class MiddleRows(NamedTuple):
@@ -298,15 +300,19 @@ HALF_ATOM_BITS = (6, 8)
 # layers) and 256 x 128 split in two at 256 rows (with 128 x 128 of whole atoms split in
 # two: picks on the widest down layer). At 256 rows the prefill tilings without a split,
 # timed beside these, stay ahead on the widest layers.
+# Half atoms of 64 and 128 rows keep the codes four k-tiles ahead (`deep`) for widths up
+# to `DEEP_PREFETCH_BITS`: more weight bytes in flight for a block that has one warp a
+# scheduler; for 8-bit codes the registers it takes cost more blocks than it gains.
+DEEP_PREFETCH_BITS = 6
 MIDDLE_TILES = (
     MiddleRows(rows=64, tiles=(
         MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
-        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8), deep=True),
         MiddleTile(bm=64, num_warps=8, half_atoms=True, splits=(1,)))),
     MiddleRows(rows=256, tiles=(
         MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
-        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
-        MiddleTile(bm=128, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8)),
+        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8), deep=True),
+        MiddleTile(bm=128, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8), deep=True),
         MiddleTile(bm=128, num_warps=4, half_atoms=False, splits=(2,)),
         MiddleTile(bm=256, num_warps=4, half_atoms=True, splits=(1, 2)),
         MiddleTile(bm=256, num_warps=8, half_atoms=True, splits=(2,)))),
@@ -361,8 +367,10 @@ def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
     """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, half atoms
     for even widths only), with their K splits."""
     table = next((m.tiles for m in MIDDLE_TILES if M <= m.rows), ())
-    return [wgmma(t.bm, t.num_warps, 4, group_size, lead=2, prefetch=2,
-                  half_atoms=t.half_atoms, split_k=split)
+    narrow = bits is not None and bits <= DEEP_PREFETCH_BITS
+    return [wgmma(t.bm, t.num_warps, 4, group_size, lead=2,
+                  prefetch=4 if t.deep and narrow else 2, half_atoms=t.half_atoms,
+                  split_k=split)
             for t in table if not t.half_atoms or (bits or 1) % 2 == 0
             for split in t.splits]
 

@@ -1,7 +1,7 @@
 """The tuning cache: what a search found, per problem, in one JSON table per machine
 (`$TILEVM_CACHE_DIR/tuning.json`, by default `~/.cache/tilevm/tuning.json`).
 
-    key = cache_key(gpu="NVIDIA H100 80GB HBM3", kernel="qmm", version=11, dtype="int4",
+    key = cache_key(gpu="NVIDIA H100 80GB HBM3", kernel="qmm", version=12, dtype="int4",
                     M=16, N=4096, K=4096)
     lookup(key)            # the entry a search stored, or None
     store(key, {"schedule": {...}, "us": 9.7})

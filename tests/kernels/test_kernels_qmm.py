@@ -35,6 +35,7 @@ from tilevm.kernels.schedule import (
     default_schedule,
     dequant_schedule,
     k_tile,
+    middle_tiles,
     staged,
     wgmma,
     wgmma_tile,
@@ -220,6 +221,9 @@ def _tolerance(x, qw, ref) -> float:
     ("f6e3m2", False, wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3), 17, 72),
     ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4),
      33, 136),
+    # the codes four k-tiles ahead of four stages (`MIDDLE_TILES`' deep half atoms)
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=4, half_atoms=True, split_k=2),
+     40, 200),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -761,6 +765,20 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     # a split takes whole iterations of whole groups: none with 512-row groups
     assert not any(s.wgmma and s.split_k > 1
                    for s in candidates(64, 4096, 14336, 512, hopper=True))
+
+
+def test_between_decode_and_prefill_narrow_half_atoms_keep_codes_four_k_tiles_ahead():
+    """One warpgroup of half atoms of 64 and 128 rows keeps the codes four k-tiles ahead
+    for widths up to 6 bits, two for 8 bits; the other tilings two; every one fits."""
+    for bits in (2, 4, 6, 8):
+        for M in (64, 256):
+            found = middle_tiles(M, 128, bits)
+            deep = {s for s in found if s.prefetch == 4}
+            assert deep == {s for s in found if s.half_atoms and s.num_warps == 4
+                            and s.bm <= 128 and bits <= 6}
+            assert all(s.prefetch == 2 for s in found if s not in deep)
+            assert deep <= set(candidates(M, 4096, 14336, 128, hopper=True, bits=bits))
+            assert all(s.fits(14336, 128) for s in found)
 
 
 def test_half_atoms_take_codes_of_even_widths_only():
