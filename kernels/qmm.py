@@ -54,7 +54,7 @@ from tilevm import dtypes
 from tilevm.dtypes import DataType
 from tilevm.dtypes.conversion import conversion_rule, takes_exponent
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
-from tilevm.layouts import local, replicated, spatial
+from tilevm.layouts import RegisterLayout, local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_b, mma_m16n8k16_c
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
@@ -264,27 +264,37 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
 def park_partial_sums(ws, counters, acc, split_k: int, tiles, tile):
     """Split-K's first half, as the kernels that split K share it (a compile-time
     helper; the reduction's loop and `if` are the kernel's own): this block's f32 partial
-    sums `acc` go to `ws` as split `block_idx(2)` of `tile` (of `tiles`), in the threads'
-    register order (16-byte accesses), and the block counts itself in on
-    `counters[tile]`. Returns the workspace's view `[split_k, tiles, threads, registers]`
-    and how many of the tile's blocks had arrived before this one (the last sees
-    `split_k - 1`)."""
-    threads, regs = acc.layout.num_threads, acc.layout.local_size
-    parts = tv.global_view(ws, [split_k, tiles, threads, regs])
-    flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)  # [1, 1, thread, register]
-    tv.store_global(parts, tv.view(acc, tv.f32, [1, 1, threads, regs], flat),
-                    [tv.block_idx(2), tile, 0, 0])
+    sums `acc` go to `ws` as split `block_idx(2)` of `tile` (of `tiles`), in
+    `workspace_order`, and the block counts itself in on `counters[tile]`. Returns the
+    workspace's view and how many of the tile's blocks had arrived before this one (the
+    last sees `split_k - 1`)."""
+    shape, order = workspace_order(acc)
+    parts = tv.global_view(ws, [split_k, tiles, *shape])
+    tv.store_global(parts, tv.view(acc, tv.f32, [1, 1, *shape], order),
+                    [tv.block_idx(2), tile, 0, 0, 0])
     return parts, tv.atomic_add(tv.global_view(counters, [tiles]), [tile], 1)
 
 
 def partial_sums(parts, split, tile, acc):
     """Split `split`'s parked partial sums of `tile` (`park_partial_sums`), as a tile like
     the accumulator `acc`."""
-    threads, regs = acc.layout.num_threads, acc.layout.local_size
-    flat = spatial(1, 1, threads, 1).local(1, 1, 1, regs)
-    part = tv.load_global(parts, [split, tile, 0, 0], [1, 1, threads, regs], layout=flat)
+    shape, order = workspace_order(acc)
+    part = tv.load_global(parts, [split, tile, 0, 0, 0], [1, 1, *shape], layout=order)
     return tv.view(part, tv.f32, list(acc.shape), acc.layout)
 
+
+def workspace_order(acc) -> tuple[list[int], RegisterLayout]:
+    """How a block's partial sums lie in the workspace: `[vectors, threads, width]`, the
+    threads' registers in runs of `width` (4 where they divide, else 2 or 1), run `v` of
+    every thread side by side, so that a warp's 16-byte stores and loads are one
+    contiguous 512 bytes (with each thread's registers contiguous instead, a warp's
+    access spans 32 runs and twice the sectors). Returns the shape and the layout of the
+    view `[1, 1, vectors, threads, width]` (a compile-time helper)."""
+    threads, regs = acc.layout.num_threads, acc.layout.local_size
+    width = next(w for w in (4, 2, 1) if regs % w == 0)
+    vectors = regs // width
+    order = local(1, 1, vectors, 1, 1).spatial(1, 1, 1, threads, 1).local(1, 1, 1, 1, width)
+    return [vectors, threads, width], order
 
 def reset_count(counters, tiles, tile) -> None:
     """Split-K's end: the tile's count back to zero, for the next launch."""

@@ -14,6 +14,7 @@ import json
 import re
 import zlib
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from tilevm import dtypes
 from tilevm.ir.errors import VMError
 from tilevm.kernels import matmul, schedule
 from tilevm.kernels.matmul import schedule_kernel
-from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
+from tilevm.kernels.qmm import qmm_kernel, splitk_sizes, workspace_order
 from tilevm.kernels.qmm_dequant import dequantize_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.schedule import (
@@ -49,6 +50,7 @@ from tilevm.kernels.weight_format import (
     padded_n,
 )
 from tilevm.kernels.weights import quantize
+from tilevm.layouts import spatial
 
 BENCH_TYPES = ("int4", "uint4", "int2", "int3", "int5", "int6", "int8", "uint2", "uint3",
                "f3e1m1", "f4e2m1", "f5e2m2", "f6e3m2", "f6e2m3", "f8e4m3", "f8e5m2")
@@ -230,6 +232,20 @@ def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     x, qw, ref = _problem(wdtype, M, N, K, g, zeros)
     y = _interpret(x, qw, s)
     assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+
+
+@pytest.mark.parametrize("regs, width", [(64, 4), (6, 2), (3, 1)])
+def test_split_k_workspace_puts_a_warps_16_byte_runs_side_by_side(regs, width):
+    """Split-K's workspace (`workspace_order`): register r of thread t is element
+    (r // width, t, r % width) of `[vectors, threads, width]`, so that one vector
+    access of a warp covers 32 adjacent runs of `width` floats."""
+    acc = SimpleNamespace(layout=spatial(128).local(regs))
+    shape, order = workspace_order(acc)
+    assert shape == [regs // width, 128, width]
+    assert order.num_threads == 128 and order.local_size == regs
+    for t in (0, 1, 31, 127):
+        for r in range(regs):
+            assert order.global_index(t, r) == (0, 0, r // width, t, r % width)
 
 
 def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
