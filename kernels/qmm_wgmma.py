@@ -55,6 +55,7 @@ the group size: a k-tile never straddles two scale groups.
 # No `from __future__ import annotations` here: the kernels' parameter annotations
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
 from functools import cache
+from typing import NamedTuple
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import (
@@ -66,7 +67,7 @@ from tilevm.kernels.qmm import (
     shift_ahead,
 )
 from tilevm.kernels.weight_format import ATOM, atom_code_layout, half_atom_code_layout
-from tilevm.layouts import local, spatial
+from tilevm.layouts import RegisterLayout, local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
 from tilevm.vm import lang as tv
@@ -107,16 +108,14 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
                      f"split_k={split_k} splits K into whole iterations of {chunk} rows "
                      f"(stages * bk), which must be whole groups of {group_size}")
-    warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
-    bn = warp_n * num_warps
-    atoms = bn // ATOM
-    lane_run = (2, 2 * b) if half_atoms else (4 * b,)  # a lane's bytes of an atom
+    lay = wgmma_layouts(act, b, bm, bk, num_warps, half_atoms)
+    bn = lay.bn
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                 group_size, group_m, lane_run, split_k,
+                                                 group_size, group_m, lay.lane_run, split_k,
                                                  wait_previous)
     if before_loads is not None:
         before_loads(m0)
-    atom_n0 = n_tile * atoms
+    atom_n0 = n_tile * lay.atoms
     # With split_k, split z takes its `split_range` of K; the views stay whole (the
     # copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
     k_begin, k_len = 0, K
@@ -124,28 +123,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
         k_begin, k_end = split_range(tv.block_idx(2), K, chunk, split_k)
         k_len = k_end - k_begin
 
-    # Warp j: its atom's codes (as loaded), its two halves as A fragments, and those
-    # rows of y^T; with half atoms, warp 2a + h: half h of atom a (16 columns).
-    chunks = bk // ATOM
-    if half_atoms:  # half h of a lane's 4b bytes of atom a, per k-chunk
-        byte_layout = local(chunks, 1, 1, 1, 1) * spatial(1, atoms, 1, 2, 1) \
-            * spatial(1, 1, 32, 1, 1) * local(1, 1, 1, 1, 2 * b)
-        tile = [chunks, atoms, 32, 2, 2 * b]
-        code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout(b)
-    else:
-        byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
-            .local(1, 1, 1, 4 * b)
-        tile = [chunks, num_warps, 32, 4 * b]
-        code_layout = local(chunks, 1) * spatial(1, num_warps) * atom_code_layout(b)
-    halves = 1 if half_atoms else 2
-    a_layout = spatial(num_warps, 1) * local(halves, bk // 16) * mma_m16n8k16_a()
-    acc_layout = spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c()
-    xt_layout = swizzled([bm, bk], act).permute((1, 0))  # x^T tile, K-major
-
-    codes_at = lambda k: tv.load_global(  # noqa: E731  (k: of this split's rows)
-        gw, [(k_begin + k) // ATOM, atom_n0, *[0] * (len(tile) - 2)], tile,
-        layout=byte_layout)
-    xs = [tv.alloc_shared(act, [bk, bm], layout=xt_layout) for _ in range(stages)]
+    codes_at = lambda k: load_codes(gw, lay, k_begin + k, atom_n0)  # noqa: E731  (k: of this split's rows)
+    xs = [tv.alloc_shared(act, [bk, bm], layout=lay.xt) for _ in range(stages)]
     # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
     # from shared memory where the weights are scaled (no global latency there).
     ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
@@ -155,28 +134,24 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
                     group_size, split_k, before_copy)
         tv.copy_async_commit()
     w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
-    acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-    scale_layout = a_layout.reduce(1)
+    acc = tv.zeros([bn, bm], tv.f32, layout=lay.acc)
     for k0 in tv.range(0, k_len, chunk):
         for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
             k = k0 + s * bk if s else k0
             packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
                                                  codes_at(k + prefetch * bk))
-            wt = tv.cast(tv.view(packed, wdtype, [bn, bk], code_layout.permute((1, 0))),
-                         act, a_layout)
+            wt = codes_as(packed, wdtype, act, lay)
             tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
             tv.sync()  # thread's copies) for every thread; the buffer refilled next
             # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
-            if has_zeros:
-                wt = wt - tv.load_shared(zs[s], [0, 0], [bn, 1], layout=scale_layout)
-            wt = wt * tv.load_shared(ss[s], [0, 0], [bn, 1], layout=scale_layout)
+            wt = scaled(wt, ss[s], zs[s] if has_zeros else None, lay)
             start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * bk,
                         k_begin, k_len, m0, n0, group_size, split_k, before_copy)
             tv.copy_async_commit()
             acc = tv.dot(wt, xs[s], acc)
     tv.copy_async_wait(0)
     buffers = (*xs, *ss, *(zs or ()))
-    return acc, acc_layout, bn, n_tile, n0, m0, buffers
+    return acc, lay.acc, bn, n_tile, n0, m0, buffers
 
 
 @cache
@@ -201,6 +176,70 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
+
+
+class WgmmaLayouts(NamedTuple):
+    """The register-A kernel's tilings of a k-tile (`wgmma_layouts`)."""
+
+    bn: int  # columns of y a block computes
+    bk: int  # rows of K a k-tile
+    atoms: int  # the format's 32-column atoms among them
+    lane_run: tuple[int, ...]  # the shape of a lane's bytes of an atom in the code view
+    codes: tuple[int, ...]  # a k-tile of codes as loaded: [chunks, atoms or warps, ...]
+    bytes: RegisterLayout  # ... and its layout
+    code: RegisterLayout  # the codes as [bk, bn] elements of the weight type
+    a: RegisterLayout  # the converted weights, the wgmma A operand [bn, bk]
+    acc: RegisterLayout  # the accumulators, y^T [bn, bm] in f32
+    xt: SharedLayout  # x^T's k-tile [bk, bm] in shared memory, K-major
+
+
+def wgmma_layouts(act: DataType, bits: int, bm: int, bk: int, num_warps: int,
+                  half_atoms: bool) -> WgmmaLayouts:
+    """Which thread holds what of a k-tile (a compile-time helper): warp j holds its
+    atom's codes (as loaded), its two halves as A fragments, and those rows of y^T;
+    with half atoms, warp 2a + h holds half h of atom a (16 columns)."""
+    warp_n = ATOM // 2 if half_atoms else ATOM  # columns a warp converts
+    bn = warp_n * num_warps
+    atoms = bn // ATOM
+    chunks = bk // ATOM
+    if half_atoms:  # half h of a lane's 4b bytes of atom a, per k-chunk
+        byte_layout = local(chunks, 1, 1, 1, 1) * spatial(1, atoms, 1, 2, 1) \
+            * spatial(1, 1, 32, 1, 1) * local(1, 1, 1, 1, 2 * bits)
+        codes = (chunks, atoms, 32, 2, 2 * bits)
+        code_layout = local(chunks, 1) * spatial(1, atoms) * half_atom_code_layout(bits)
+    else:
+        byte_layout = local(chunks, 1, 1, 1).spatial(1, num_warps, 32, 1) \
+            .local(1, 1, 1, 4 * bits)
+        codes = (chunks, num_warps, 32, 4 * bits)
+        code_layout = local(chunks, 1) * spatial(1, num_warps) * atom_code_layout(bits)
+    halves = 1 if half_atoms else 2
+    return WgmmaLayouts(
+        bn, bk, atoms, (2, 2 * bits) if half_atoms else (4 * bits,), codes, byte_layout,
+        code_layout.permute((1, 0)),
+        spatial(num_warps, 1) * local(halves, bk // 16) * mma_m16n8k16_a(),
+        spatial(num_warps, 1) * local(halves, bm // 8) * mma_m16n8k16_c(),
+        swizzled([bm, bk], act).permute((1, 0)))
+
+
+def load_codes(gw, lay: WgmmaLayouts, k, atom_n0):
+    """The block's codes of the k-tile at row `k` of K, from atom `atom_n0` on (a
+    compile-time helper)."""
+    return tv.load_global(gw, [k // ATOM, atom_n0, *[0] * (len(lay.codes) - 2)],
+                          list(lay.codes), layout=lay.bytes)
+
+
+def codes_as(packed, wdtype: DataType, act: DataType, lay: WgmmaLayouts):
+    """A k-tile of codes (`load_codes`) as `act` values, in A-fragment order."""
+    return tv.cast(tv.view(packed, wdtype, [lay.bn, lay.bk], lay.code), act, lay.a)
+
+
+def scaled(wt, scales, zeros, lay: WgmmaLayouts):
+    """The converted weights `wt` minus their zero points (`zeros`, a shared `[bn, 1]`,
+    or None) times their scales (`scales`, likewise)."""
+    column = lay.a.reduce(1)
+    if zeros is not None:
+        wt = wt - tv.load_shared(zeros, [0, 0], [lay.bn, 1], layout=column)
+    return wt * tv.load_shared(scales, [0, 0], [lay.bn, 1], layout=column)
 
 
 def split_range(z, K, chunk: int, split_k: int):
@@ -329,7 +368,7 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
 @tv.inline
 def start_ktile(xs, ss, zs, buf, gxt, gs, gz, k, k_begin, k_len, m0, n0, group_size: int,
                 split_k: int, before_copy):
-    """Start copying k-tile `k` of the block's split (`_copy_ktile` at `k_begin + k`),
+    """Start copying k-tile `k` of the block's split (`copy_ktile` at `k_begin + k`),
     after `before_copy`'s wait if any. A split copies nothing past its `k_len` rows: they
     are another split's (the main loop's look-ahead would read them, unused), which a
     consumer's waits for its own split's rows do not cover."""
@@ -344,10 +383,10 @@ def start_ktile(xs, ss, zs, buf, gxt, gs, gz, k, k_begin, k_len, m0, n0, group_s
 def _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy):
     if before_copy is not None:
         before_copy(k, m0)
-    _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size)
+    copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size)
 
 
-def _copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
+def copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
     """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales
     (and zeros) of its group for the columns from `n0` into `ss[buf]` (`zs[buf]`)."""
     tv.copy_async(xs[buf], gxt, [k, m0])
