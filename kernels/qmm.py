@@ -247,7 +247,8 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
             tiles_n = tv.cdiv(N, bn)
             tiles = tiles_n * tv.cdiv(M, bm)
             tile = tv.block_idx(1) * tiles_n + tv.block_idx(0)
-            parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
+            parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
+                                                    tv.block_idx(2))
             if arrived == split_k - 1:
                 total = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
                 for i in tv.range(0, split_k, unroll=2):
@@ -261,17 +262,17 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
     return qmm
 
 
-def park_partial_sums(ws, counters, acc, split_k: int, tiles, tile):
+def park_partial_sums(ws, counters, acc, slots, tiles, tile, slot):
     """Split-K's first half, as the kernels that split K share it (a compile-time
     helper; the reduction's loop and `if` are the kernel's own): this block's f32 partial
-    sums `acc` go to `ws` as split `block_idx(2)` of `tile` (of `tiles`), in
+    sums `acc` go to `ws` as part `slot` (of `slots`) of `tile` (of `tiles`), in
     `workspace_order`, and the block counts itself in on `counters[tile]`. Returns the
-    workspace's view and how many of the tile's blocks had arrived before this one (the
-    last sees `split_k - 1`)."""
+    workspace's view and how many of the tile's parts had arrived before this one (the
+    last of n sees `n - 1`)."""
     shape, order = workspace_order(acc)
-    parts = tv.global_view(ws, [split_k, tiles, *shape])
+    parts = tv.global_view(ws, [slots, tiles, *shape])
     tv.store_global(parts, tv.view(acc, tv.f32, [1, 1, *shape], order),
-                    [tv.block_idx(2), tile, 0, 0, 0])
+                    [slot, tile, 0, 0, 0])
     return parts, tv.atomic_add(tv.global_view(counters, [tiles]), [tile], 1)
 
 

@@ -261,7 +261,8 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
         tiles_n = tv.cdiv(N, bn)
         tiles = tiles_n * tv.cdiv(M, bm)
         tile = m0 // bm * tiles_n + n_tile
-        parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile)
+        parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
+                                           tv.block_idx(2))
         if arrived == split_k - 1:
             total = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
             for i in tv.range(0, split_k):
@@ -286,7 +287,6 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     instead, docs/tile-sync.md)."""
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
-    Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
     tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
     # Programmatic dependent launch (sm_90): the next kernel may start now; this one
     # waits for the previous one here, before touching memory.
@@ -295,11 +295,22 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
         tv.wait_prerequisites()
     n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
     n0, m0 = n_tile * bn, m_tile * bm
+    return (n_tile, n0, m0,
+            *operand_views(x, w, scales, zeros, M, N, K, bits, group_size, lane_run))
+
+
+def operand_views(x, w, scales, zeros, M, N, K, bits: int, group_size: int,
+                  lane_run: tuple[int, ...] | None = None) -> tuple:
+    """The prefill kernels' views of their operands (a compile-time helper): x^T [K, M]
+    (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to the format's
+    32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat), scales and
+    zeros [Np, K / group_size]."""
+    Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
     gxt = tv.global_view(x, [K, M], strides=[1, K])
     gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, *(lane_run or (4 * bits,))])
     gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
     gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
-    return n_tile, n0, m0, gxt, gw, gs, gz
+    return gxt, gw, gs, gz
 
 
 def grouped_tiles(tiles_n, tiles_m, group_m: int):

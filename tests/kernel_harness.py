@@ -1,6 +1,7 @@
 """Helpers the compiler tests share (tests/ is on sys.path): loading kernel files,
-compiling a program and assembling PTX once per test session, and running one kernel
-both on the GPU and in the interpreter on the same inputs."""
+compiling a program and assembling PTX once per test session, running one kernel
+both on the GPU and in the interpreter on the same inputs, and the quantized matmul
+kernels' random problems with their float64 reference and tolerance."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tilevm.backend.launch import launch_program
 from tilevm.backend.pipeline import CompiledKernel, compile_program
 from tilevm.cli import main as vmc_main
 from tilevm.ir.stmt import Program
+from tilevm.kernels.weight_format import FRAGMENTS
+from tilevm.kernels.weights import quantize
 
 # The spill tests' slack: ptxas (13.0) sometimes keeps a kernel at an occupancy step (96,
 # 128 registers) by spilling a few bytes rather than using a few more registers (the
@@ -116,3 +119,22 @@ def cuda_tools() -> tuple[str, str]:
             return str(folder / "ptxas"), str(folder / "nvdisasm")
     raise AssertionError("no folder holds both ptxas and nvdisasm (test extras: "
                          "nvidia-cuda-nvcc, nvidia-cuda-nvdisasm)")
+
+
+def qmm_problem(wdtype: str, M: int, N: int, K: int, g: int, zeros: bool, seed: int = 0):
+    """x [M, K] f16, W [K, N] quantized to `wdtype` in groups of g (the fragments
+    format) and the float64 reference x @ dequantize(W)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N))
+    qw = quantize(w, wdtype, g, zero_point=zeros, format=FRAGMENTS)
+    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    ref = x.astype(np.float64) @ qw.dequantize()
+    return x, qw, ref
+
+
+def qmm_tolerance(x: np.ndarray, qw: Any, ref: np.ndarray) -> float:
+    """f32 accumulation of f16 products (each dequantized weight rounded to f16 once, as
+    the kernels do) and one f16 rounding of the result."""
+    K = qw.shape[0]
+    w_max = float(np.abs(qw.dequantize()).max())
+    return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6

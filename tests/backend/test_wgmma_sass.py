@@ -20,6 +20,7 @@ from kernel_harness import ROOT, compile_once, cuda_tools
 
 from tilevm.dtypes import parse
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
+from tilevm.kernels.qmm_streamk import qmm_streamk_kernel
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
 from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
@@ -66,6 +67,11 @@ KERNELS += [(f"register-A half atoms {wd} wide={wide}", qmm_wgmma_kernel,
              dict(wdtype=wd, wide_stores=wide, **wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128,
                                                           half_atoms=True).constants()))
             for wd in ("int8", "f8e4m3", "f6e3m2") for wide in (False, True)]
+KERNELS += [(f"stream-K {wd} half_atoms={half}", qmm_streamk_kernel,
+             dict(wdtype=wd, bm=64, stages=4, lead=2, prefetch=4 if half else 2,
+                  half_atoms=half))
+            for wd in ("int4", "int3", "int8", "f6e3m2") for half in (False, True)
+            if not half or parse(wd).bits % 2 == 0]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
             for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
                        {"producer": True, "wide_stores": True, "cluster": 2})]

@@ -18,7 +18,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from kernel_harness import ROOT, SPILL_SLACK, compile_once, ptxas_report
+from kernel_harness import (
+    ROOT,
+    SPILL_SLACK,
+    compile_once,
+    ptxas_report,
+    qmm_problem,
+    qmm_tolerance,
+)
 
 from tilevm import dtypes
 from tilevm.ir.errors import VMError
@@ -110,15 +117,6 @@ def test_quantize_pads_n_to_whole_atoms():
 
 # ---- the kernel in the interpreter ------------------------------------------------------------
 
-def _problem(wdtype: str, M: int, N: int, K: int, g: int, zeros: bool, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((K, N))
-    qw = quantize(w, wdtype, g, zero_point=zeros, format=FRAGMENTS)
-    x = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    ref = x.astype(np.float64) @ qw.dequantize()
-    return x, qw, ref
-
-
 GUARD = 64  # NaN elements after y: a store past its M x N elements would overwrite them
 
 
@@ -152,14 +150,6 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
         assert not counters.any()  # left at zero for the next call
     assert np.isnan(buffer[M * N:]).all()  # nothing stored past y's M x N
     return y.reshape(M, N)
-
-
-def _tolerance(x, qw, ref) -> float:
-    """f32 accumulation of f16 products (each dequantized weight rounded to f16 once, as
-    the kernel does) and one f16 rounding of the result."""
-    K = qw.shape[0]
-    w_max = float(np.abs(qw.dequantize()).max())
-    return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6
 
 
 @pytest.mark.parametrize("wdtype, zeros, s, M, N", [
@@ -229,9 +219,9 @@ def _tolerance(x, qw, ref) -> float:
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
-    x, qw, ref = _problem(wdtype, M, N, K, g, zeros)
+    x, qw, ref = qmm_problem(wdtype, M, N, K, g, zeros)
     y = _interpret(x, qw, s)
-    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+    assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
 
 
 @pytest.mark.parametrize("regs, width", [(64, 4), (6, 2), (3, 1)])
@@ -252,9 +242,9 @@ def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
     """K = 576: 4.5 iterations of 128 rows; the last of 3 splits (1, 1, 2 iterations and
     a half) runs past K, where the copies read zeros and the codes' loads nothing."""
     s = wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3)
-    x, qw, ref = _problem("int3", 9, 40, 576, 64, False, seed=1)
+    x, qw, ref = qmm_problem("int3", 9, 40, 576, 64, False, seed=1)
     y = _interpret(x, qw, s)
-    assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref)
+    assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
 
 
 # ---- any N, K = 3 groups -----------------------------------------------------------------------
@@ -318,9 +308,9 @@ def test_ragged_n_and_three_groups_of_k_in_the_interpreter(g, s):
     the padded weights nor stored) and K = 3 groups, for each family the tuner can pick,
     the schedule as `candidates` gives it."""
     for wdtype, zeros, M, N in (("uint4", True, 3, 7), ("int4", False, 2, 100)):
-        x, qw, ref = _problem(wdtype, M, N, 3 * g, g, zeros, seed=N)
+        x, qw, ref = qmm_problem(wdtype, M, N, 3 * g, g, zeros, seed=N)
         y = _interpret(x, qw, s)
-        assert np.abs(y.astype(np.float64) - ref).max() <= _tolerance(x, qw, ref), str(s)
+        assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref), str(s)
 
 
 # ---- compiled for the GPU (CPU) ---------------------------------------------------------------
