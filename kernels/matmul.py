@@ -39,6 +39,7 @@ from tilevm.cost.model import Resources
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
+from tilevm.kernels.qmm_streamk import qmm_streamk_kernel, streamk_slots, streamk_units
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
 from tilevm.kernels.schedule import (
@@ -230,9 +231,20 @@ def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
     if not s.splits_k_kernel:
         qmm = _qmm(qw, s, N).prepare(x, *weights, y, M, N, K, dependent=dependent)
         return _Plan(shape, x.dtype, x.device, qmm, addresses, (), None, (0, 0), weights)
-    ws, counters = _splitk_buffers(x.device, M, N, s, stream)  # (the kernels that split K)
-    qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K,
-                                 dependent=dependent)
+    if s.stream_k:  # every tile's units shared out evenly by `stream_k` blocks per SM
+        tiles, units = streamk_units(M, N, K, s.bm, s.block_columns, s.stages * s.bk)
+        blocks = min(_sm_count(x.device.index) * s.stream_k, tiles * units)
+        slots = streamk_slots(tiles, units, blocks)
+        ws, counters = _splitk_buffers(x.device, stream,
+                                       slots * tiles * s.bm * s.block_columns, tiles)
+        qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K, blocks, slots,
+                                     dependent=dependent)
+    else:  # (the kernels that split K, whatever their split: unsplit, they read neither)
+        sizes = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) if s.split_k > 1 \
+            else (1, 1)
+        ws, counters = _splitk_buffers(x.device, stream, *sizes)
+        qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K,
+                                     dependent=dependent)
     return _Plan(shape, x.dtype, x.device, qmm, addresses,
                  (ws.data_ptr(), counters.data_ptr()), None, (0, 0), (*weights, ws, counters))
 
@@ -333,7 +345,7 @@ def schedule_program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
 def _wide_stores(s: Schedule, N: int) -> dict[str, bool]:
     """The Hopper kernels' `wide_stores` constant: y goes through shared memory, 16 bytes
     a thread, where its rows are 16-byte aligned (`qmm_wgmma.store_transposed`)."""
-    return {"wide_stores": N % 8 == 0} if s.wgmma else {}
+    return {"wide_stores": N % 8 == 0} if s.wgmma and not s.stream_k else {}
 
 
 def _dequantizer(qw: QuantizedWeight) -> Any:
@@ -369,6 +381,8 @@ def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
         return qmm_staged_kernel(act)
     if s.dequant:
         return wt_matmul_kernel(act)  # (after `dequantize_kernel`: `_plan`)
+    if s.stream_k:
+        return qmm_streamk_kernel(act)
     if s.wgmma:
         return qmm_wgmma_shared_kernel(act) if s.shared_weights else qmm_wgmma_kernel(act)
     return qmm_kernel(act)
@@ -379,13 +393,11 @@ def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
 _splitk: dict[tuple[Any, int], tuple[Any, Any]] = {}
 
 
-def _splitk_buffers(device: Any, M: int, N: int, s: Schedule, stream: int
-                    ) -> tuple[Any, Any]:
+def _splitk_buffers(device: Any, stream: int, floats: int, tiles: int) -> tuple[Any, Any]:
+    """The stream's workspace of at least `floats` f32 and `tiles` tile counters (a
+    kernel that does not split reads neither: any pointers do)."""
     key = (device, stream)
     ws, counters = _splitk.get(key, (None, None))
-    if s.split_k == 1:  # the kernel reads neither: any pointers do
-        return (ws, counters) if ws is not None else _splitk_grow(key, 1, 1)
-    floats, tiles = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k)
     if ws is None or ws.numel() < floats or counters.numel() < tiles:
         ws, counters = _splitk_grow(key, floats, tiles)
     return ws, counters
@@ -429,6 +441,13 @@ def _gpu_name(device_index: int) -> str:
     import torch
 
     return torch.cuda.get_device_name(device_index).replace("|", "/")
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.cache

@@ -21,7 +21,9 @@ rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
 `stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4) and
 `split_k` (blocks along K in whole loop iterations, their partial sums added by the last
-as in the streaming kernel: 33..256 rows, where one row tile is too few blocks).
+as in the streaming kernel: 33..256 rows, where one row tile is too few blocks), or
+`stream_k` instead: `kernels.qmm_streamk`, `stream_k` blocks per SM sharing every tile's
+loop iterations evenly (not among the tuner's candidates until measured).
 With `half_atoms` (even widths) each warp converts 16 columns instead of 32, so that a
 warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
 converted once per 256 rows, straight from registers). With `shared_weights` it is
@@ -77,6 +79,7 @@ class Schedule:
     dequant: bool = False
     producer: int = 0
     half_atoms: bool = False
+    stream_k: int = 0
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -93,6 +96,10 @@ class Schedule:
         if self.split_k > 1 and (self.shared_weights or self.dequant):
             raise ValueError(f"split_k is the register-A wgmma kernel's (no shared_weights "
                              f"or dequant), got {self!r}")
+        if self.stream_k and (not self.wgmma or self.shared_weights or self.dequant
+                              or self.split_k > 1 or self.stream_k < 0):
+            raise ValueError(f"stream_k (blocks per SM sharing the work evenly) is the "
+                             f"register-A wgmma kernel's, without split_k, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -119,6 +126,11 @@ class Schedule:
         if self.dequant:  # the matmul's (`kernels.qmm_dequant.wt_matmul_kernel`)
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead)
+        if self.stream_k:  # (`kernels.qmm_streamk`: `lead` 0 is its stages - 1)
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        stages=self.stages, lead=self.lead or self.stages - 1,
+                        prefetch=self.prefetch) | ({"half_atoms": True} if self.half_atoms
+                                                   else {})
         if self.wgmma:
             table = dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                          stages=self.stages, lead=self.lead, prefetch=self.prefetch)
@@ -127,7 +139,7 @@ class Schedule:
                 | ({"split_k": self.split_k} if self.split_k > 1 else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
-                     "dequant", "producer", "half_atoms"):
+                     "dequant", "producer", "half_atoms", "stream_k"):
             del table[name]
         return table
 
@@ -150,6 +162,8 @@ class Schedule:
                     return False
                 return (self.dequant or columns % 64 == 0) \
                     and 1 <= self.lead <= self.stages - 2 <= 4
+            if self.stream_k and self.prefetch > self.stages:  # the codes run at most
+                return False  # one unit (iteration) ahead
             if self.split_k > 1:  # whole iterations of whole groups a split; the last
                 # block's sum holds two tiles of partial sums: at most 128 a thread each
                 chunk = self.stages * self.bk
@@ -188,7 +202,8 @@ class Schedule:
                     f"{f' lead={self.lead}' if self.lead else ''}"
                     f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
                     f"{f' producer={self.producer}' if self.producer else ''}"
-                    f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}")
+                    f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}"
+                    f"{f' stream_k={self.stream_k}' if self.stream_k else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
                     f"warps_m={self.warps_m} stages={self.stages}")
@@ -338,14 +353,15 @@ def dequant_workspace(N: int, K: int) -> int:
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
           prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
-          half_atoms: bool = False, split_k: int = 1) -> Schedule:
+          half_atoms: bool = False, split_k: int = 1, stream_k: int = 0) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
-    `half_atoms` 16 columns a warp, K split `split_k` ways; or with `shared_weights`
+    `half_atoms` 16 columns a warp, K split `split_k` ways; with `stream_k`,
+    `kernels.qmm_streamk` with that many blocks per SM; or with `shared_weights`
     `kernels.qmm_wgmma_shared`, whose weights a converting producer warpgroup of
     `producer` registers a thread converts when nonzero)."""
     return Schedule(bm, k_tile(group_size), num_warps, split_k, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
-                    producer=producer, half_atoms=half_atoms)
+                    producer=producer, half_atoms=half_atoms, stream_k=stream_k)
 
 
 def wgmma_tile(tile: WgmmaTile, group_size: int, *, shared_weights: bool = False,
@@ -531,10 +547,11 @@ KNOBS = (
 def schedule_space(K: int, group_size: int, *, hopper: bool = False,
                    bits: int | None = None) -> Space[Schedule]:
     """The quantized matmul's schedules as knobs (`tune.space`): every field of
-    `Schedule` but the dequantize-then-multiply pair (two launches) and the converting
-    producer. A combination is a candidate where `Schedule` accepts it and it `fits`
-    the problem, on the GPU (`hopper`: the wgmma kernels) and the weight width
-    (`bits`: half atoms need an even one). Every schedule of `candidates` is a point."""
+    `Schedule` but the dequantize-then-multiply pair (two launches), the converting
+    producer and stream-K (not a candidate yet). A combination is a candidate where
+    `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the wgmma
+    kernels) and the weight width (`bits`: half atoms need an even one). Every schedule
+    of `candidates` is a point."""
     def make(values: Mapping[str, object]) -> Schedule | None:
         try:
             s = Schedule(**values)  # type: ignore[arg-type]

@@ -552,6 +552,44 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, stream_k=1)),
+    ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                  stream_k=2)),
+    ("uint3", "f16", True, wgmma(32, 4, 4, 128, lead=2, prefetch=2, stream_k=2)),
+    ("f6e3m2", "f16", False, wgmma(128, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                   stream_k=1)),
+    ("int8", "bf16", True, wgmma(64, 4, 3, 128, lead=1, prefetch=2, half_atoms=True,
+                                 stream_k=3))])
+def test_gpu_wgmma_stream_k(wdtype, act, zeros, s):
+    """The stream-K kernel: ragged M and N, K past whole units (16.5 of 256 rows), tiles
+    shared by two or three blocks; repeated calls bitwise equal (the parts are added in
+    order) with the tile counters back at zero."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 4104, 4096, 128, zeros, s)
+
+
+def test_stream_k_is_the_register_a_wgmma_kernels_without_a_split():
+    """`stream_k` selects `kernels.qmm_streamk` (constants without `split_k` or
+    `wide_stores`; lead 0 is stages - 1) and is refused anywhere else; its codes run at
+    most one unit ahead."""
+    s = wgmma(64, 4, 4, 128, prefetch=2, stream_k=2)
+    assert str(s) == "wgmma bm=64 bk=64 warps=4 stages=4 prefetch=2 stream_k=2"
+    assert s.constants() == dict(bm=64, bk=64, num_warps=4, stages=4, lead=3, prefetch=2)
+    assert matmul.schedule_kernel(s).name == "qmm_streamk_f16" and s.splits_k_kernel
+    assert s.fits(4096, 128) and not wgmma(64, 4, 2, 128, prefetch=3, stream_k=1).fits(
+        4096, 128)
+    for bad in (dict(split_k=2), dict(shared_weights=True)):
+        with pytest.raises(ValueError, match="stream_k"):
+            wgmma(64, 8, 4, 128, lead=2, stream_k=1, **bad)
+    with pytest.raises(ValueError, match="stream_k"):
+        Schedule(bm=16, stream_k=1)
+    assert not any(c.stream_k for M in (1, 64, 256, 4096)
+                   for c in candidates(M, 4096, 14336, 128, hopper=True, bits=4))
+
+
 # Issue 43's acceptance: each (weights, group size, family the tuner can pick at K = 3g).
 GPU_RAGGED = [(wdtype, act, zeros, g, s)
               for wdtype, act, zeros in (("int4", "f16", False), ("uint3", "bf16", True))
