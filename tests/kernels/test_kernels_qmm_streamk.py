@@ -16,6 +16,7 @@ from tilevm.kernels.qmm_streamk import (
     streamk_slots,
     streamk_units,
 )
+from tilevm.vm import interpreter
 
 GUARD = 64  # NaN elements after y: a store past its M x N elements would overwrite them
 
@@ -62,6 +63,33 @@ def test_stream_k_matches_float64_in_the_interpreter(wdtype, zeros, M, N, K, g, 
     x, qw, ref = qmm_problem(wdtype, M, N, K, g, zeros, seed=blocks)
     y = _interpret(x, qw, blocks, **constants)
     assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
+
+
+def test_stream_k_does_not_depend_on_which_block_finishes_last():
+    """Blocks run in seeded random orders (`interpreter.run_together`: a different block
+    is last to park its part of a shared tile each time) give y bitwise equal to the
+    in-order run: the parts are added in block order, not arrival order."""
+    x, qw, _ = qmm_problem("int4", 40, 200, 512, 64, False)
+    constants = dict(wdtype=qw.dtype, group_size=64, has_zeros=False, bm=32, bk=64,
+                     num_warps=4, stages=4, lead=2, prefetch=2)
+    program = qmm_streamk_kernel("f16").specialize(**constants)
+    tiles, units = streamk_units(40, 200, 512, 32, 128, 256)
+    blocks = 5
+    slots = streamk_slots(tiles, units, blocks)
+    outputs = []
+    for seed in (None, 1, 2, 3):
+        y = np.full(40 * 200, np.nan, np.float16)
+        counters = np.zeros(tiles, np.int32)
+        args = [x, qw.packed, qw.scales, qw.scales, y,
+                np.full(slots * tiles * 32 * 128, np.nan, np.float32), counters,
+                40, 200, 512, blocks, slots]
+        if seed is None:
+            interpreter.run(program, args)
+        else:
+            interpreter.run_together([(program, args)], seed=seed)
+        assert not counters.any()
+        outputs.append(y)
+    assert all(np.array_equal(y, outputs[0]) for y in outputs[1:])
 
 
 @pytest.mark.parametrize("tiles, units, blocks", [
