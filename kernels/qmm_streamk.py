@@ -142,6 +142,9 @@ def qmm_streamk_kernel(act: DataType | str = "f16") -> Kernel:
             tv.copy_async_commit()
         w1, w2, w3, w4 = fetch_ahead(
             lambda k: load_codes(gw, lay, rows0 + k, n_tile * lay.atoms), bk, prefetch)
+        # Bound here so that the loop carries them: scalar variables set once a tile, not
+        # expressions (with divisions) computed again at every use in the inner loop.
+        n_next, m_next = n_tile, m_tile
 
         for t in tv.range(t_first, t_last + 1):
             n_tile, m_tile = tile_of(t, tiles_n, tiles_m, group_m)
