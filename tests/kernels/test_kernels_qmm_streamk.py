@@ -57,6 +57,9 @@ def _interpret(x, qw, blocks: int, **constants) -> np.ndarray:
                                              half_atoms=True), 5),
     ("int8", False, 8, 100, 1024, 128, dict(bm=8, stages=4, lead=2, prefetch=4,
                                             half_atoms=True), 7),
+    # two warpgroups of half atoms: 128 columns a block
+    ("int4", False, 24, 264, 1024, 128,
+     dict(bm=16, num_warps=8, stages=4, lead=2, prefetch=4, half_atoms=True), 6),
 ])
 def test_stream_k_matches_float64_in_the_interpreter(wdtype, zeros, M, N, K, g, constants,
                                                      blocks):
