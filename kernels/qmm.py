@@ -248,7 +248,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
             tiles = tiles_n * tv.cdiv(M, bm)
             tile = tv.block_idx(1) * tiles_n + tv.block_idx(0)
             parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
-                                                    tv.block_idx(2))
+                                               tv.block_idx(2))
             if arrived == split_k - 1:
                 total = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
                 for i in tv.range(0, split_k, unroll=2):
