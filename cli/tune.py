@@ -10,8 +10,10 @@ The first anneals the order of an example kernel's compiled PTX on the GPU
 timed), and writes the fastest bit-exact order. The second tunes the library's
 quantized matmul for one problem: the grid timed in the runner
 (`kernels.qmm_search.grid_schedule`), then levels 1, 2 (and 3) with the final checks
-(`tune_problem`); the kept schedule goes into the tuning cache under the key the
-library looks up (`kernels.matmul.problem_key`), and a JSON report to the output. The
+(`tune_problem`); the kept schedule, with its PTX order where level 2 kept one, goes
+into the tuning cache under the key the library looks up (`kernels.matmul.problem_key`;
+the library runs that order, `tune.variants.ordered_ptx`), and a JSON report to the
+output. The
 third writes one random legal reordering (`tune.ptx_order`), for inspection and tests:
 ptxas accepts it, and the kernel computes the same values.
 """
@@ -42,8 +44,9 @@ from tilevm.kernels.qmm_problem import QmmProblem
 from tilevm.kernels.qmm_search import grid_schedule, tune_problem
 from tilevm.kernels.weight_format import code_type
 from tilevm.tune.cache import cache_file, store
-from tilevm.tune.order_search import search_order
-from tilevm.tune.ptx_order import PtxOrder, PtxOrderError
+from tilevm.tune.order_search import OrderSearch, search_order
+from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
+from tilevm.tune.variants import compiled_ptx
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -138,15 +141,24 @@ def _tuned_qmm(args: argparse.Namespace) -> str:
                         "times_us": {k: round(v * 1e6, 3) for k, v in tuned.times_s.items()},
                         "values_checked": checks.samples if checks else None,
                         "wall_s": round(tuned.wall_s, 1)}}
+    if tuned.kernel.ptx is not None:  # level 2's order, in the table's form
+        entry["ptx_order"] = stored_order(problem.program(tuned.schedule), tuned.level2)
     if checks is None or checks.passed and all(s.clean for s in tuned.sanitizers):
         store(key, entry)
         print(f"stored in {cache_file()} as {key}", file=sys.stderr)
     else:
         print("not stored: the kept kernel failed its checks", file=sys.stderr)
-    if tuned.kernel.ptx or tuned.kernel.cubin:
-        print("note: the library runs the compiled order and machine code; only the "
-              "schedule is stored", file=sys.stderr)
+    if tuned.kernel.cubin:
+        print("note: the library runs the compiled machine code; the control-bit edits "
+              "are not stored", file=sys.stderr)
     return json.dumps({"key": key, **entry, "speedup": tuned.speedup}, indent=1) + "\n"
+
+
+def stored_order(program: Any, search: OrderSearch) -> dict[str, Any]:
+    """The tuning table's form of a level-2 winner (`tune.variants.ordered_ptx` reads
+    it): the runs it moves and the digest of the compiled text it was found on."""
+    ptx = compiled_ptx(program)
+    return {"of": ptx_digest(ptx), "runs": PtxOrder.parse(ptx).moved(search.annealing.best)}
 
 
 def _shape(text: str | None) -> tuple[int, int, int]:

@@ -25,6 +25,7 @@ most `schedule.DEQUANT_WORKSPACE_LIMIT` (1 GiB), from torch's caching allocator.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import time
 import weakref
@@ -53,9 +54,10 @@ from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.tune.cache import cache_key, lookup, store
 from tilevm.tune.rank import fastest, predicted_seconds
+from tilevm.tune.variants import compiled_ptx, ordered_ptx, ptx_variant
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
-_memory: dict[str, Schedule] = {}  # tuned schedules of this process
+_memory: dict[str, _Tuned] = {}  # tuned schedules (and orders) of this process
 
 
 def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None = None,
@@ -111,12 +113,14 @@ def _quantized_matmul(x: Any, qw: QuantizedWeight, schedule: Schedule | None, tu
     y = out if out is not None else torch.empty(*lead, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return y
-    s = schedule
-    if s is None:
-        s = tuned_schedule(x2, qw) if tune else default_schedule(
-            M, N, K, qw.group_size, hopper=is_hopper(x2.device), bits=qw.dtype.bits)
+    s, order = schedule, None
+    if s is None and tune:
+        s, order = _tuned(x2, qw)
+    elif s is None:
+        s = default_schedule(M, N, K, qw.group_size, hopper=is_hopper(x2.device),
+                             bits=qw.dtype.bits)
     stream = _raw_stream(x.get_device())
-    plan = _plan(x2, qw, y.view(M, N), s, stream, (*lead, N))
+    plan = _plan(x2, qw, y.view(M, N), s, stream, (*lead, N), order)
     if out is None and type(x) is torch.Tensor and x.is_contiguous():
         _remember(qw, (x.shape, x.dtype, x.get_device(), stream, schedule, tune), plan)
     return _run(plan, x2.data_ptr(), stream, y)
@@ -210,10 +214,10 @@ def _run(plan: _Plan, x_address: int, stream: int, y: Any = None) -> Any:
 
 
 def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
-          shape: tuple[int, ...]) -> _Plan:
+          shape: tuple[int, ...], order: dict[str, Any] | None = None) -> _Plan:
     """The prepared launches of schedule `s` for x[M, K] (contiguous) and y[M, N] on
     `stream`, for calls whose result has `shape`: checked here once, as a call of each
-    kernel checks its arguments."""
+    kernel checks its arguments. `order`: the matmul kernel's PTX order (`_Tuned`)."""
     import torch
 
     K, N = qw.shape
@@ -229,7 +233,7 @@ def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
         return _Plan(shape, x.dtype, x.device, qmm, addresses, (), dequantize,
                      tuple(wt.shape), weights)
     if not s.splits_k_kernel:
-        qmm = _qmm(qw, s, N).prepare(x, *weights, y, M, N, K, dependent=dependent)
+        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, M, N, K, dependent=dependent)
         return _Plan(shape, x.dtype, x.device, qmm, addresses, (), None, (0, 0), weights)
     if s.stream_k:  # every tile's units shared out evenly by `stream_k` blocks per SM
         tiles, units = streamk_units(M, N, K, s.bm, s.block_columns, s.stages * s.bk)
@@ -237,14 +241,14 @@ def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
         slots = streamk_slots(tiles, units, blocks)
         ws, counters = _splitk_buffers(x.device, stream,
                                        slots * tiles * s.bm * s.block_columns, tiles)
-        qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K, blocks, slots,
-                                     dependent=dependent)
+        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K, blocks,
+                                            slots, dependent=dependent)
     else:  # (the kernels that split K, whatever their split: unsplit, they read neither)
         sizes = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) if s.split_k > 1 \
             else (1, 1)
         ws, counters = _splitk_buffers(x.device, stream, *sizes)
-        qmm = _qmm(qw, s, N).prepare(x, *weights, y, ws, counters, M, N, K,
-                                     dependent=dependent)
+        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K,
+                                            dependent=dependent)
     return _Plan(shape, x.dtype, x.device, qmm, addresses,
                  (ws.data_ptr(), counters.data_ptr()), None, (0, 0), (*weights, ws, counters))
 
@@ -319,15 +323,20 @@ def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
 _kernels: dict[tuple[Any, ...], Any] = {}
 
 
-def _qmm(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
+def _qmm(qw: QuantizedWeight, s: Schedule, N: int, order: dict[str, Any] | None = None
+         ) -> Any:
     """The loaded kernel that schedule `s` runs for these weights and N (for the
-    dequantize-then-multiply pair, its matmul)."""
+    dequantize-then-multiply pair, its matmul), in the PTX `order` a search stored with
+    the schedule (`_Tuned`) if given."""
     wide = tuple(_wide_stores(s, N).items())
     key = (qw.scale_dtype.name, s, wide) if s.dequant else \
         (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s, wide)
+    key += (json.dumps(order, sort_keys=True) if order else None,)
     loaded = _kernels.get(key)
     if loaded is None:
-        loaded = _kernels[key] = _compiled(schedule_program(qw, s, N))
+        program = schedule_program(qw, s, N)
+        text = ordered_ptx(compiled_ptx(program), order) if order else None
+        loaded = _kernels[key] = ptx_variant(program, text) if text else _compiled(program)
     return loaded
 
 
@@ -480,13 +489,28 @@ def problem_key(gpu: str, qw: QuantizedWeight, M: int) -> str:
 
 def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
     """The fastest schedule for this problem (tuned once, then from the table)."""
+    return _tuned(x, qw).schedule
+
+
+class _Tuned(NamedTuple):
+    """A tuning table entry as the library runs it: the schedule, and the PTX order a
+    search (`vmc tune --qmm`) stored with it (`PtxOrder.moved`'s runs and `of`, the
+    digest of the compiled PTX it was found on), or None."""
+
+    schedule: Schedule
+    ptx_order: dict[str, Any] | None = None
+
+
+def _tuned(x: Any, qw: QuantizedWeight) -> _Tuned:
     key = tuning_key(x, qw)
     if key in _memory:
         return _memory[key]
     entry = lookup(key)
     if entry is not None:
         try:
-            _memory[key] = Schedule(**entry["schedule"])
+            order = entry.get("ptx_order")
+            _memory[key] = _Tuned(Schedule(**entry["schedule"]),
+                                  order if isinstance(order, dict) else None)
             return _memory[key]
         except (TypeError, KeyError, ValueError):
             pass  # an entry of another version: tune again
@@ -498,9 +522,9 @@ def tuned_schedule(x: Any, qw: QuantizedWeight) -> Schedule:
             f"graph is being captured: call it once before the capture with this many rows "
             f"(QuantizedLinear.warmup, kernels.warmup), or pass tune=False")
     schedule, report = tune(x, qw)
-    _memory[key] = schedule
+    _memory[key] = _Tuned(schedule)
     store(key, {"schedule": asdict(schedule), **report})
-    return schedule
+    return _memory[key]
 
 
 def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False

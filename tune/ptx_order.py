@@ -3,6 +3,8 @@ of straight-line code, and random topological orders of it.
 
     order = PtxOrder.parse(text)
     order.permuted(random.Random(seed))   # PTX text, one legal order per run
+    order.moved(orders)                   # {run: order} of the runs that move
+    order.reordered(moved)                # the text in those orders, checked legal
 
 ptxas does not normalize instruction order, so the order of the PTX a compiler emits is a
 knob of the final code (issue: SIP's level 2). A reordering is legal when every thread
@@ -34,12 +36,13 @@ whose predecessors are all placed (uniformly, so every topological order can com
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["PtxOrder", "Instruction", "Run", "PtxOrderError"]
+__all__ = ["PtxOrder", "Instruction", "Run", "PtxOrderError", "ptx_digest"]
 
 
 class PtxOrderError(ValueError):
@@ -198,6 +201,43 @@ class PtxOrder:
     @property
     def runs(self) -> list[Run]:
         return [p for p in self.pieces if isinstance(p, Run)]
+
+    def moved(self, orders: Sequence[Sequence[int]]) -> dict[str, list[int]]:
+        """`orders` (one per run) as the runs they move: `{run index: its order}` for the
+        runs not in their parsed order (a compact form a tuning table can hold)."""
+        runs = self.runs
+        if len(orders) != len(runs):
+            raise ValueError(f"{len(orders)} orders for {len(runs)} runs")
+        return {str(i): list(o) for i, o in enumerate(orders) if list(o) != list(range(len(o)))}
+
+    def reordered(self, moved: dict[str, Sequence[int]]) -> str:
+        """The text with the runs `moved` names in their orders (`moved`'s form), each
+        checked to be a legal order of its run: a run index out of range, an order that
+        is not a permutation of its run or that breaks one of its edges is a
+        `PtxOrderError` (an order from elsewhere, a tuning table, is checked, not
+        trusted)."""
+        runs = self.runs
+        orders: list[Sequence[int]] = [range(len(run.instructions)) for run in runs]
+        for key, order in moved.items():
+            index = int(key) if str(key).isdigit() else -1
+            if not 0 <= index < len(runs):
+                raise PtxOrderError(f"run {key!r} of an order: the text has {len(runs)} runs")
+            run = runs[index]
+            if sorted(order) != list(range(len(run.instructions))):
+                raise PtxOrderError(f"run {index}: {list(order)[:8]}... is not an order of "
+                                    f"its {len(run.instructions)} instructions")
+            at = {i: k for k, i in enumerate(order)}
+            broken = next(((a, b) for a, b in run.edges if at[a] > at[b]), None)
+            if broken is not None:
+                raise PtxOrderError(f"run {index}: instruction {broken[1]} placed before "
+                                    f"{broken[0]}, on which it depends")
+            orders[index] = order
+        return self.text(orders)
+
+
+def ptx_digest(text: str) -> str:
+    """A short name of a PTX text (what an order was found on; sha256, 16 hex digits)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _opcode(body: str) -> str:

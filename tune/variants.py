@@ -5,6 +5,7 @@ whose machine code is (`machine_code_variant`: a cubin with edited control bits,
 
     ptx = compiled_ptx(program)
     kernel = ptx_variant(program, PtxOrder.parse(ptx).permuted(random.Random(1)))
+    text = ordered_ptx(ptx, {"of": ptx_digest(ptx), "runs": {...}})  # a stored order
 
 The variant keeps the compiled kernel's signature, threads and shared bytes: it must be
 the same kernel up to the order of its instructions (a different PTX text of the same
@@ -14,14 +15,17 @@ entry). A text ptxas rejects raises the loader's `ModuleLoadError`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from typing import Any
 
 from tilevm.backend import cache
 from tilevm.backend.cuda.kernel import Kernel
 from tilevm.backend.cuda.module import load_artifact
 from tilevm.backend.launch import build_artifact, cache_key, current_arch
 from tilevm.ir.stmt import Program
+from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
 
-__all__ = ["compiled_ptx", "ptx_variant", "machine_code_variant"]
+__all__ = ["compiled_ptx", "ptx_variant", "machine_code_variant", "ordered_ptx"]
 
 
 def _artifact(program: Program, arch: str | None) -> cache.Artifact:
@@ -43,3 +47,22 @@ def ptx_variant(program: Program, ptx: str, arch: str | None = None) -> Kernel:
 def machine_code_variant(program: Program, cubin: bytes, arch: str | None = None) -> Kernel:
     """`program`'s kernel loaded from `cubin`, machine code of its PTX (or of a variant)."""
     return load_artifact(_artifact(program, arch), cubin=cubin)
+
+
+def ordered_ptx(ptx: str, order: dict[str, Any]) -> str | None:
+    """`ptx` in a stored `order` (`{"of": ptx_digest of the text it was found on, "runs":
+    PtxOrder.moved(...)}`, as a tuning table holds it), or None with a warning where it
+    does not apply: found on another compiled text (another compiler version, say), or
+    not a legal order of this one. The caller then runs the compiled order: an order
+    from a table is checked, never trusted."""
+    if order.get("of") != ptx_digest(ptx):
+        warnings.warn("the tuning table's PTX order was found on another "
+                      "compiled text (another tilevm version?); running the compiled order",
+                      stacklevel=3)
+        return None
+    try:
+        return PtxOrder.parse(ptx).reordered(order.get("runs", {}))
+    except (PtxOrderError, TypeError, ValueError) as err:
+        warnings.warn(f"the tuning table's PTX order is not legal here "
+                      f"({err}); running the compiled order", stacklevel=3)
+        return None

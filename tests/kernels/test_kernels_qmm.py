@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import warnings
 import zlib
-from dataclasses import replace
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -641,6 +642,41 @@ def test_gpu_quantized_linear_and_tuning(tmp_path, monkeypatch):
     assert len(table) == 1 and next(iter(table.values()))["candidates"] >= 1
     matmul._memory.clear()
     assert torch.equal(layer(x), y)  # the schedule comes back from the table
+
+
+@pytest.mark.gpu
+def test_gpu_a_stored_ptx_order_runs_and_a_stale_one_is_ignored(tmp_path, monkeypatch):
+    """A tuning table entry with a PTX order (as `vmc tune --qmm` stores a level-2
+    winner): the library loads the kernel in that order, bitwise equal to the compiled
+    order's; an order found on another text is ignored with a warning."""
+    import random
+
+    import torch
+
+    from tilevm.kernels import quantized_matmul
+    from tilevm.tune.cache import store
+    from tilevm.tune.ptx_order import PtxOrder, ptx_digest
+    from tilevm.tune.variants import compiled_ptx
+
+    monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
+    w = torch.randn(1024, 320, device="cuda")
+    qw = quantize(w.half(), "int4", 128, format=FRAGMENTS)
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.float16)
+    s = default_schedule(16, 320, 1024, 128, hopper=matmul.is_hopper(x.device), bits=4)
+    compiled = quantized_matmul(x, qw, schedule=s)
+    ptx = compiled_ptx(matmul.schedule_program(qw, s, 320))
+    order = PtxOrder.parse(ptx)
+    moved = order.moved([run.order(random.Random(3)) for run in order.runs])
+    for of, warns in ((ptx_digest(ptx), False), ("0" * 16, True)):
+        store(matmul.tuning_key(x, qw), {"schedule": asdict(s),
+                                         "ptx_order": {"of": of, "runs": moved}})
+        matmul._memory.clear()
+        matmul._plans.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = quantized_matmul(x, qw)
+        assert torch.equal(y, compiled)
+        assert any("another compiled text" in str(c.message) for c in caught) == warns
 
 
 @pytest.mark.gpu

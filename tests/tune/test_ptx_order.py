@@ -21,7 +21,8 @@ from tilevm.cli import main
 from tilevm.dtypes import parse
 from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.schedule import default_schedule
-from tilevm.tune.ptx_order import PtxOrder, PtxOrderError
+from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
+from tilevm.tune.variants import ordered_ptx
 
 SEEDS = range(5)
 
@@ -202,3 +203,32 @@ def test_an_access_with_an_ordering_qualifier_is_a_fence(access):
 def test_text_without_a_kernel_is_rejected():
     with pytest.raises(PtxOrderError, match="not a PTX kernel"):
         PtxOrder.parse("hello")
+
+
+def test_a_stored_order_comes_back_as_the_same_text_and_is_checked():
+    """`moved` keeps the runs an order moves; `reordered` rebuilds the same text from
+    them, and `ordered_ptx` (the library's reading of a tuning table) applies it only to
+    the text it was found on and only if legal, else warns and gives None."""
+    name, _, ptx = ptx_corpus()[3]  # a library kernel (the decode qmm)
+    order = PtxOrder.parse(ptx)
+    orders = [run.order(random.Random(7)) for run in order.runs]
+    moved = order.moved(orders)
+    assert moved and all(list(o) != sorted(o) for o in moved.values())
+    assert order.reordered(moved) == order.text(orders)
+    entry = {"of": ptx_digest(ptx), "runs": moved}
+    assert ordered_ptx(ptx, entry) == order.text(orders)
+    assert ordered_ptx(ptx, {"of": ptx_digest(ptx), "runs": {}}) == ptx
+    with pytest.warns(UserWarning, match="another compiled text"):
+        assert ordered_ptx(ptx + "\n", entry) is None
+    # an order breaking one dependency, one that is not a permutation, a run not there
+    index, run = next((i, r) for i, r in enumerate(order.runs) if r.edges)
+    a, b = next(iter(run.edges))
+    broken = list(range(len(run.instructions)))
+    broken[a], broken[b] = broken[b], broken[a]
+    for bad, why in (({str(index): broken}, "depends"),
+                     ({str(index): [0] * len(run.instructions)}, "not an order"),
+                     ({str(len(order.runs)): [0]}, "runs")):
+        with pytest.raises(PtxOrderError, match=why):
+            order.reordered(bad)
+        with pytest.warns(UserWarning, match="not legal"):
+            assert ordered_ptx(ptx, {"of": ptx_digest(ptx), "runs": bad}) is None
