@@ -54,7 +54,7 @@ from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.tune.cache import cache_key, lookup, store
 from tilevm.tune.rank import fastest, predicted_seconds
-from tilevm.tune.variants import compiled_ptx, ordered_ptx, ptx_variant
+from tilevm.tune.variants import ordered_kernel
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _memory: dict[str, _Tuned] = {}  # tuned schedules (and orders) of this process
@@ -334,9 +334,7 @@ def _qmm(qw: QuantizedWeight, s: Schedule, N: int, order: dict[str, Any] | None 
     key += (json.dumps(order, sort_keys=True) if order else None,)
     loaded = _kernels.get(key)
     if loaded is None:
-        program = schedule_program(qw, s, N)
-        text = ordered_ptx(compiled_ptx(program), order) if order else None
-        loaded = _kernels[key] = ptx_variant(program, text) if text else _compiled(program)
+        loaded = _kernels[key] = ordered_kernel(schedule_program(qw, s, N), order)
     return loaded
 
 
@@ -361,7 +359,7 @@ def _dequantizer(qw: QuantizedWeight) -> Any:
     """The loaded `kernels.qmm_dequant.dequantize_kernel` for these weights."""
     key = ("dequantize", qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None)
     if key not in _kernels:
-        _kernels[key] = _compiled(_dequantizer_program(qw))
+        _kernels[key] = compiled_kernel(_dequantizer_program(qw))
     return _kernels[key]
 
 
@@ -421,12 +419,6 @@ def _splitk_grow(key: tuple[Any, int], floats: int, tiles: int) -> tuple[Any, An
     _splitk[key] = (torch.empty(floats, dtype=torch.float32, device=key[0]),
                     torch.zeros(tiles, dtype=torch.int32, device=key[0]))
     return _splitk[key]
-
-
-def _compiled(program: Any) -> Any:
-    """The loaded kernel of `program` (the PTX comes from the on-disk cache after the
-    first process)."""
-    return compiled_kernel(program)
 
 
 def _prebuild(qw: QuantizedWeight, schedules: list[Schedule], N: int) -> None:

@@ -21,11 +21,12 @@ from typing import Any
 from tilevm.backend import cache
 from tilevm.backend.cuda.kernel import Kernel
 from tilevm.backend.cuda.module import load_artifact
-from tilevm.backend.launch import build_artifact, cache_key, current_arch
+from tilevm.backend.launch import build_artifact, cache_key, compiled_kernel, current_arch
 from tilevm.ir.stmt import Program
 from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
 
-__all__ = ["compiled_ptx", "ptx_variant", "machine_code_variant", "ordered_ptx"]
+__all__ = ["compiled_ptx", "ptx_variant", "machine_code_variant", "ordered_ptx",
+           "ordered_kernel"]
 
 
 def _artifact(program: Program, arch: str | None) -> cache.Artifact:
@@ -66,3 +67,10 @@ def ordered_ptx(ptx: str, order: dict[str, Any]) -> str | None:
         warnings.warn(f"the tuning table's PTX order is not legal here "
                       f"({err}); running the compiled order", stacklevel=3)
         return None
+
+
+def ordered_kernel(program: Program, order: dict[str, Any] | None) -> Kernel:
+    """`program`'s kernel in a stored PTX `order` where it applies (`ordered_ptx`),
+    else (None, or an order that does not apply) the compiled one."""
+    text = ordered_ptx(compiled_ptx(program), order) if order else None
+    return ptx_variant(program, text) if text else compiled_kernel(program)
