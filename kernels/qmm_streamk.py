@@ -39,6 +39,7 @@ from tilevm.kernels.qmm import (
     shift_ahead,
 )
 from tilevm.kernels.qmm_wgmma import (
+    check_tiling,
     codes_as,
     copy_ktile,
     load_codes,
@@ -94,20 +95,10 @@ def qmm_streamk_kernel(act: DataType | str = "f16") -> Kernel:
                     stages: int = 4, group_m: int = 8, lead: int = 2, prefetch: int = 2,
                     half_atoms: bool = False):
         b = wdtype.bits
-        tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
-        tv.static_assert(bk in (32, 64) and group_size % bk == 0,
-                         f"bk={bk} must be 32 or 64 dividing group_size={group_size}")
-        tv.static_assert(num_warps % 4 == 0,
-                         f"num_warps={num_warps} must be whole warpgroups (4 warps)")
-        tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
-                         f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
-        tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
-        tv.static_assert(1 <= lead < stages, f"lead={lead} must be 1..stages-1")
-        tv.static_assert(1 <= prefetch <= min(4, stages),
-                         f"prefetch={prefetch} must be 1..min(4, stages): the codes run "
-                         "at most one unit ahead")
-        tv.static_assert(not half_atoms or b % 2 == 0,
-                         f"half_atoms takes codes of an even width, got {wdtype}")
+        check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead,
+                     prefetch, half_atoms)
+        tv.static_assert(prefetch <= stages, f"prefetch={prefetch} must be at most "
+                         f"stages={stages}: the codes run at most one unit ahead")
         chunk = stages * bk  # rows of K a unit (one iteration of the main loop)
         lay = wgmma_layouts(act, b, bm, bk, num_warps, half_atoms)
         bn = lay.bn

@@ -89,21 +89,9 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     of x (k may run past K: those copies read zeros; a wait for the producer's tile of
     those columns)."""
     b = wdtype.bits
-    tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
-    tv.static_assert(bk in (32, 64) and group_size % bk == 0,
-                     f"bk={bk} must be 32 or 64 (64- or 128-byte rows of x) dividing "
-                     f"group_size={group_size}")
-    tv.static_assert(num_warps % 4 == 0,
-                     f"num_warps={num_warps} must be whole warpgroups (4 warps)")
-    tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
-                     f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
-    tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
-    tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
     lead = lead or stages - 1
-    tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
-    tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
-    tv.static_assert(not half_atoms or b % 2 == 0,
-                     f"half_atoms takes codes of an even width, got {wdtype}")
+    check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
+                 half_atoms)
     chunk = stages * bk  # rows of K per iteration of the main loop
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
                      f"split_k={split_k} splits K into whole iterations of {chunk} rows "
@@ -176,6 +164,28 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
+
+
+def check_tiling(wdtype: DataType, group_size: int, bm: int, bk: int, num_warps: int,
+                 stages: int, group_m: int, lead: int, prefetch: int,
+                 half_atoms: bool) -> None:
+    """The register-A kernels' requirements on their constants (a compile-time helper;
+    `lead` as resolved, 1..stages-1)."""
+    b = wdtype.bits
+    tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
+    tv.static_assert(bk in (32, 64) and group_size % bk == 0,
+                     f"bk={bk} must be 32 or 64 (64- or 128-byte rows of x) dividing "
+                     f"group_size={group_size}")
+    tv.static_assert(num_warps % 4 == 0,
+                     f"num_warps={num_warps} must be whole warpgroups (4 warps)")
+    tv.static_assert(bm % 8 == 0 and 8 <= bm <= 256,
+                     f"bm={bm} must be a multiple of 8 up to 256 (wgmma's N)")
+    tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
+    tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
+    tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
+    tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+    tv.static_assert(not half_atoms or b % 2 == 0,
+                     f"half_atoms takes codes of an even width, got {wdtype}")
 
 
 class WgmmaLayouts(NamedTuple):
