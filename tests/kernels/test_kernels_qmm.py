@@ -561,8 +561,8 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("uint3", "f16", True, wgmma(32, 4, 4, 128, lead=2, prefetch=2, stream_k=2)),
     ("f6e3m2", "f16", False, wgmma(128, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                    stream_k=1)),
-    ("int8", "bf16", True, wgmma(64, 4, 3, 128, lead=1, prefetch=2, half_atoms=True,
-                                 stream_k=3))])
+    ("uint8", "bf16", True, wgmma(64, 4, 3, 128, lead=1, prefetch=2, half_atoms=True,
+                                  stream_k=3))])
 def test_gpu_wgmma_stream_k(wdtype, act, zeros, s):
     """The stream-K kernel: ragged M and N, K past whole units (16.5 of 256 rows), tiles
     shared by two or three blocks; repeated calls bitwise equal (the parts are added in
