@@ -53,7 +53,7 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # candidates change (or a change to the kernels moves their times), so that problems tuned
 # over an older space are tuned again instead of keeping a winner among fewer (or other)
 # kernels.
-SPACE_VERSION = 12
+SPACE_VERSION = 13
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -315,14 +315,16 @@ HALF_ATOM_BITS = (6, 8)
 # layers) and 256 x 128 split in two at 256 rows (with 128 x 128 of whole atoms split in
 # two: picks on the widest down layer). At 256 rows the prefill tilings without a split,
 # timed beside these, stay ahead on the widest layers.
+# Up to 64 rows a split in three too: with 96 column tiles (8B qkv) or 80 (70B qkv) it
+# lays 2-3 blocks on every SM where two splits leave a third of them with one.
 # Half atoms of 64 and 128 rows keep the codes four k-tiles ahead (`deep`) for widths up
 # to `DEEP_PREFETCH_BITS`: more weight bytes in flight for a block that has one warp a
 # scheduler; for 8-bit codes the registers it takes cost more blocks than it gains.
 DEEP_PREFETCH_BITS = 6
 MIDDLE_TILES = (
     MiddleRows(rows=64, tiles=(
-        MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
-        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8), deep=True),
+        MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 3, 4, 8)),
+        MiddleTile(bm=64, num_warps=4, half_atoms=True, splits=(1, 2, 3, 4, 8), deep=True),
         MiddleTile(bm=64, num_warps=8, half_atoms=True, splits=(1,)))),
     MiddleRows(rows=256, tiles=(
         MiddleTile(bm=64, num_warps=4, half_atoms=False, splits=(1, 2, 4, 8)),
@@ -535,7 +537,7 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
 
 KNOBS = (
     Knob("bm", (8, 16, 32, 64, 128, 256)), Knob("bk", (32, 64)),
-    Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 4, 6, 8, 16)),
+    Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 3, 4, 6, 8, 16)),
     Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4)),
     Knob("swap_ab", (False, True)), Knob("staged", (False, True)),
     Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),

@@ -819,18 +819,19 @@ def test_wgmma_schedules():
 
 def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     """33..256 rows on Hopper: the register-A wgmma kernel with K split (`MIDDLE_TILES`:
-    half atoms for even widths, tiles of more than 64 rows from 65 rows), beside the
+    half atoms for even widths, in three too up to 64 rows, tiles of more than 64 rows
+    from 65 rows), beside the
     streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
     elsewhere no wgmma kernel splits K."""
     for bits, tilings in ((4, 2), (3, 1)):
         found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
         split = [s for s in found if s.wgmma and s.num_warps == 4]
-        assert len(split) == 4 * tilings and {s.split_k for s in split} == {1, 2, 4, 8}
+        assert len(split) == 5 * tilings and {s.split_k for s in split} == {1, 2, 3, 4, 8}
         assert all(s.bm == 64 for s in found if s.wgmma)
         assert {s.half_atoms for s in split} == ({False, True} if bits == 4 else {False})
         assert [s.split_k for s in found if s.num_warps == 8] == ([1] if bits == 4 else [])
         assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
-        assert len(found) <= 20
+        assert len(found) <= 21
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
     assert all(s.wgmma for s in found) and len(found) <= 20
     assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
