@@ -198,9 +198,12 @@ class Builder:
         self.emit(ins.FreeShared(tensor=tensor, loc=self.loc))
 
     def load_shared(self, src: Tensor, offsets: Sequence[ExprLike], shape: Sequence[int],
-                    layout: Any = None, name: str = "r") -> Tensor:
+                    layout: Any = None, name: str = "r", peer: ExprLike | None = None
+                    ) -> Tensor:
         out = self.register(src.dtype, shape, layout, name)
-        return self._out(ins.LoadShared(out=out, src=src, offsets=_exprs(offsets), loc=self.loc))
+        return self._out(ins.LoadShared(out=out, src=src, offsets=_exprs(offsets),
+                                        peer=None if peer is None else _exprs([peer])[0],
+                                        loc=self.loc))
 
     def store_shared(self, dst: Tensor, src: Tensor, offsets: Sequence[ExprLike]) -> None:
         self.emit(ins.StoreShared(dst=dst, src=src, offsets=_exprs(offsets), loc=self.loc))
@@ -218,6 +221,9 @@ class Builder:
 
     def sync(self) -> None:
         self.emit(ins.Sync(loc=self.loc))
+
+    def cluster_sync(self) -> None:
+        self.emit(ins.ClusterSync(loc=self.loc))
 
     def launch_dependents(self) -> None:
         self.emit(ins.LaunchDependents(loc=self.loc))

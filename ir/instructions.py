@@ -196,12 +196,21 @@ class FreeShared(Instruction):
 @dataclass(frozen=True, kw_only=True)
 class LoadShared(Instruction):
     """`out[i] = src[offsets + i]` (a register tile read out of a shared tensor; the
-    tile must lie inside `src`)."""
+    tile must lie inside `src`).
+
+    `peer` (a program with `cluster` n > 1): read `src` in the shared memory of block
+    `peer` of this block's cluster (its rank, 0 .. n - 1; a block's own is
+    `block_idx(0) % n`) instead of this block's own: distributed shared memory. The
+    reads are ordered by `cluster_sync`: what the peer wrote before one is read after it,
+    and the peer writes the tile again only after the next. A program with such reads
+    keeps each block's shared memory until every block of its cluster is done (its end
+    is an implicit `cluster_sync`)."""
 
     opname: ClassVar[str] = "load_shared"
     out: Tensor
     src: Tensor
     offsets: tuple[Expr, ...]
+    peer: Expr | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +264,16 @@ class Sync(Instruction):
     """Barrier for the whole block; shared-memory writes before it are visible after it."""
 
     opname: ClassVar[str] = "sync"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSync(Instruction):
+    """Barrier for the whole cluster (a program with `cluster` > 1): every thread of
+    every block of the cluster waits here for all the others. Shared-memory writes of
+    each block before it are visible to every block of the cluster after it
+    (`load_shared(..., peer=)`); for the block itself it is a `sync`."""
+
+    opname: ClassVar[str] = "cluster_sync"
 
 
 # ---- launches that overlap (programmatic dependent launch) ---------------------------------
@@ -446,7 +465,8 @@ INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
         GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, TilePost, TileWait, AllocShared,
         FreeShared, LoadShared,
-        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, LaunchDependents,
+        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, ClusterSync,
+        LaunchDependents,
         WaitPrerequisites, Full, Arange, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
         AnnotateLayout, Print, Assume,
     )

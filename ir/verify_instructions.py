@@ -198,7 +198,21 @@ def check_load_shared(ctx: Context, inst: ins.LoadShared) -> None:
     out = define(ctx, inst, R)
     offsets = check_offsets(ctx, inst.offsets, src)
     check_tile(ctx, out, src, offsets, True, "load")
+    if inst.peer is not None:
+        _check_in_clusters(ctx, "load_shared: a peer's shared memory (peer=)")
+        check_int_expr(ctx, inst.peer, "peer")
     ctx.define_tensor(out)
+
+
+def _check_in_clusters(ctx: Context, what: str) -> None:
+    """`what` (a cluster barrier, a peer's shared memory) needs clusters of blocks, and
+    every thread of the block at the barriers: no producer warp (it would not meet
+    them)."""
+    if ctx.program.cluster == 1:
+        fail(f"{what} needs the blocks in clusters: tv.cluster(n), n > 1")
+    if ctx.program.producer_warps:
+        fail(f"{what}: a program with a producer warp cannot meet at cluster barriers "
+             "(its warps would wait apart); write it without tv.producer_warp")
 
 
 def check_store_shared(ctx: Context, inst: ins.StoreShared) -> None:
@@ -233,6 +247,10 @@ def check_copy_async_wait(ctx: Context, inst: ins.CopyAsyncWait) -> None:
 
 def check_sync(ctx: Context, inst: ins.Sync) -> None:
     pass
+
+
+def check_cluster_sync(ctx: Context, inst: ins.ClusterSync) -> None:
+    _check_in_clusters(ctx, "cluster_sync")
 
 
 def check_launch_dependents(ctx: Context, inst: ins.LaunchDependents) -> None:

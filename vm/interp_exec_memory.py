@@ -259,8 +259,10 @@ class MemorySemantics(InterpreterState):
         alloc.freed_site = self._site(inst)
 
     def exec_load_shared(self, inst: ins.LoadShared) -> None:
-        """`out[i] = src[offsets + i]`."""
-        alloc = self._shared(inst.src)
+        """`out[i] = src[offsets + i]` (a peer's `src`: `interp_cluster`)."""
+        self._load_shared(inst, self._shared(inst.src), peer=False)
+
+    def _load_shared(self, inst: ins.LoadShared, alloc: SharedAlloc, peer: bool) -> None:
         out = inst.out
         tile = out.type.static_shape
         check_register_dtype(out.dtype, str(out))
@@ -269,7 +271,9 @@ class MemorySemantics(InterpreterState):
         layout = self._register_layout(out)
         if self.check_uninitialized:
             self._check_initialized(alloc, bitpos, offsets, tile)
-        if self.check_races:
+        if self.check_races and peer:
+            self._peer_read(alloc, bitpos, offsets, tile)
+        elif self.check_races:
             self._track(alloc, bitpos, layout, offsets, tile, write=False)
         values = decode_codes(read_codes(alloc.mem, bitpos, alloc.bits), alloc.tensor.dtype)
         if alloc.tensor.dtype != out.dtype:
@@ -350,6 +354,7 @@ class MemorySemantics(InterpreterState):
                 alloc.w_tmin[units] = UNKNOWN
                 alloc.w_tmax[units] = UNKNOWN
                 alloc.w_site[units] = copy.site
+                self._wrote_shared(alloc, units)
 
     def exec_sync(self, inst: ins.Sync) -> None:
         """Block-wide barrier: every earlier shared-memory access happens before every
@@ -458,7 +463,16 @@ class MemorySemantics(InterpreterState):
         where[touched] = site
         if write:
             alloc.w_elem[units] = elems
+            self._wrote_shared(alloc, units)
         return touched
+
+    def _wrote_shared(self, alloc: SharedAlloc, units: np.ndarray) -> None:
+        """A hook on every checked write of the block's shared memory (the cluster's
+        rules, `interp_cluster`, check it): nothing here."""
+
+    def _peer_read(self, alloc: SharedAlloc, bitpos: np.ndarray, offsets: np.ndarray,
+                   tile: tuple[int, ...]) -> None:
+        """A hook on every checked read of a peer's shared memory (`interp_cluster`)."""
 
     def _among_writers(self, alloc: SharedAlloc, units: np.ndarray, threads: np.ndarray
                        ) -> np.ndarray:

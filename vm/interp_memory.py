@@ -116,6 +116,11 @@ class SharedAlloc:
         self.r_tmax = np.full(n, NONE, dtype=np.int64)
         self.r_site = np.full(n, -1, dtype=np.int64)
         self.inflight = np.full(n, NONE, dtype=np.int64)
+        # In a program in clusters (`interp_cluster`), made on first use: per unit, the
+        # cluster phase of the last write, and of the last read by a peer and its site.
+        self.w_phase: np.ndarray | None = None
+        self.peer_r_phase: np.ndarray | None = None
+        self.peer_r_site: np.ndarray | None = None
 
     @property
     def name(self) -> str:

@@ -117,7 +117,7 @@ from tilevm.ir.transform import instructions
 from tilevm.ir.verifier import verify
 from tilevm.layouts.errors import LayoutError
 from tilevm.vm.interp_blocks import BlockScheduler, Task
-from tilevm.vm.interp_exec_memory import MemorySemantics
+from tilevm.vm.interp_cluster import ClusterSemantics, join_clusters, uses_clusters
 from tilevm.vm.interp_exec_tiles import TileSemantics
 from tilevm.vm.interp_global_races import GlobalRaces
 from tilevm.vm.interp_state import AsyncCopy, limit_hint
@@ -162,6 +162,7 @@ def run_together(launches: Sequence[tuple[Program, Sequence[Any]]], *,
         key = (k, block) if len(interpreters) > 1 else block
         state.task = Task(key, functools.partial(_start_block, state, block))
         tasks.append(state.task)
+    join_clusters([task.run.args[0] for task in tasks], blocks)
     scheduler.run(tasks)
 
 
@@ -194,14 +195,14 @@ def _format_stmt(stmt: Any) -> str:
 
 # ---- the interpreter ---------------------------------------------------------------------
 
-class Interpreter(MemorySemantics, TileSemantics):
+class Interpreter(ClusterSemantics, TileSemantics):
     """Runs one program; `run(args)` may be called repeatedly. It walks the statements;
     each instruction runs as the `exec_<opname>` method of its semantics class."""
 
     # ---- entry ------------------------------------------------------------------------
     def run(self, args: Sequence[Any]) -> None:
-        if any(isinstance(i, (ins.TileWait, ins.TilePost))
-               for i in instructions(self.program.body)):
+        if uses_clusters(self.program) or any(isinstance(i, (ins.TileWait, ins.TilePost))
+                                              for i in instructions(self.program.body)):
             run_together([(self.program, args)], check_races=self.check_races,
                          check_uninitialized=self.check_uninitialized,
                          max_blocks=self.max_blocks, max_loop_trips=self.max_loop_trips)
@@ -233,6 +234,7 @@ class Interpreter(MemorySemantics, TileSemantics):
         self.scalars: dict[Var, int | float] = dict(self.param_scalars)
         self.values: dict[str, Any] = {}
         self.epoch = 0
+        self.cluster_phase = 0
         self.copies: list[AsyncCopy] = []
         self.uncommitted: list[int] = []
         self.groups: list[list[int]] = []

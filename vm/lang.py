@@ -38,6 +38,7 @@ from tilevm.vm.kernel_compiler import RuntimeRange, make_range
 from tilevm.vm.lang_memory import (
     alloc_shared,
     atomic_add,
+    cluster_sync,
     copy_async,
     copy_async_commit,
     copy_async_wait,
@@ -97,7 +98,8 @@ __all__ = [
     "check_policy", "check_sync_graph",
     "alloc_shared", "free_shared",
     "load_shared", "store_shared", "copy_async", "copy_async_commit", "copy_async_wait",
-    "sync", "launch_dependents", "wait_prerequisites", "full", "zeros", "arange", "view", "cast",
+    "sync", "cluster_sync", "launch_dependents", "wait_prerequisites", "full", "zeros",
+    "arange", "view", "cast",
     "where", "sum", "max", "min", "maximum", "minimum", "fma", "dot", "annotate_layout",
     "print", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "Kernel", "KernelSignature",
     "Tile", "Scalar", "VMError", "DataType",

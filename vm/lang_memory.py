@@ -134,9 +134,16 @@ def free_shared(tile: Any) -> None:
     b.free_shared(tile_in(tile, "tv.free_shared", MemorySpace.SHARED).tensor)
 
 
-def load_shared(src: Any, offsets: Any, shape: Any, layout: Any = None) -> Tile:
-    """The register tile `src[offsets + i]` (it must lie inside `src`)."""
+def load_shared(src: Any, offsets: Any, shape: Any, layout: Any = None,
+                peer: Any = None) -> Tile:
+    """The register tile `src[offsets + i]` (it must lie inside `src`).
+
+    `peer` (with `tv.cluster(n)`): read `src` in the shared memory of block `peer` of
+    this block's cluster (0 .. n - 1; this block is `tv.block_idx(0) % n`), what it wrote
+    before the last `tv.cluster_sync()`; it writes the tile again only after the next."""
     b = builder_for("tv.load_shared")
+    if peer is not None:
+        peer = _count(peer, "tv.load_shared peer")
     t = tile_in(src, "tv.load_shared source", MemorySpace.SHARED)
     shape = fv.static_shape(shape, "tv.load_shared shape")
     if len(shape) != t.ndim:
@@ -144,7 +151,7 @@ def load_shared(src: Any, offsets: Any, shape: Any, layout: Any = None) -> Tile:
     offs = offsets_of(offsets, t.ndim, "tv.load_shared")
     check_inside(offs, shape, t.tensor.shape, "tv.load_shared")
     layout = fv.layout_for(layout, shape, MemorySpace.REGISTER, "tv.load_shared")
-    return Tile(b.load_shared(t.tensor, offs, shape, layout))
+    return Tile(b.load_shared(t.tensor, offs, shape, layout, peer=peer))
 
 
 def store_shared(dst: Any, value: Any, offsets: Any = None) -> None:
@@ -193,6 +200,13 @@ def copy_async_wait(n: int = 0) -> None:
 
 def sync() -> None:
     builder_for("tv.sync").sync()
+
+
+def cluster_sync() -> None:
+    """Every thread of every block of this block's cluster (`tv.cluster(n)`) waits here
+    for all the others; what each block wrote to its shared memory before it, the others
+    read after it (`tv.load_shared(..., peer=)`)."""
+    builder_for("tv.cluster_sync").cluster_sync()
 
 
 def launch_dependents() -> None:

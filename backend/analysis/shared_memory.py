@@ -45,7 +45,9 @@ Liveness, over instructions in program order (loops and branches flattened):
   (another thread may still be reading it until a barrier): the live range extends to
   the first `sync` after the last access that surely runs after it (in the same block or
   an enclosing one, not inside an `if` or a later loop); with none, the bytes are never
-  reused.
+  reused;
+- a tensor another block of the cluster reads (`load_shared(..., peer=)`) is live to the
+  end of the program, freed or not: the other blocks may read it until they are done.
 Placement: linear scan in order of live-range start, first fit: the lowest aligned
 offset that overlaps no tensor whose live range intersects this one.
 """
@@ -114,6 +116,7 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
     #          outermost first), (index, enclosing statements) of the last access]
     allocs: dict[str, list] = {}
     syncs: list[tuple[int, tuple[int, ...]]] = []
+    peer_read: set[str] = set()
 
     def walk(seq: Seq, loops: tuple[list[int], ...], chain: tuple[int, ...]) -> None:
         nonlocal counter
@@ -132,6 +135,8 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
                     for t in stmt.input_tensors():
                         if t.name in allocs:
                             allocs[t.name][4] = (index, chain)
+                    if isinstance(stmt, ins.LoadShared) and stmt.peer is not None:
+                        peer_read.add(stmt.src.name)
             elif isinstance(stmt, Seq):
                 walk(stmt, loops, chain)
             elif isinstance(stmt, For):
@@ -147,6 +152,8 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int, Tensor]]:
     end_of_program = max(counter, 1)
     ranges = {}
     for name, (start, end, tensor, loops, (last, chain)) in allocs.items():
+        if name in peer_read:  # other blocks read it until the program's end
+            end = None
         if loops and end is not None:
             end = loops[-1][1]
         if end is not None:

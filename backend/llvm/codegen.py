@@ -22,6 +22,7 @@ from tilevm.backend.analysis.tma import tensor_maps
 from tilevm.backend.analysis.wgmma_waits import uses_wgmma
 from tilevm.backend.llvm.context import KernelContext
 from tilevm.backend.llvm.lowering import LOWERINGS, tma
+from tilevm.backend.llvm.lowering.barrier import cluster_barrier
 from tilevm.backend.llvm.lowering.wgmma import InFlight
 from tilevm.backend.llvm.nvptx import DATA_LAYOUT, TRIPLE
 from tilevm.backend.llvm.types import I32, PTR, llvm_type
@@ -105,7 +106,7 @@ class KernelCodegen(KernelContext):
         if self.wgmma is not None:
             self.wgmma.before(self, None)
         if self.program.cluster > 1:  # no block leaves while a peer may still reach it
-            tma.cluster_barrier(self)
+            cluster_barrier(self)
         self.b.ret_void()
         return self.module
 
@@ -138,7 +139,7 @@ class KernelCodegen(KernelContext):
             if self.program.cluster > 1:  # the kernel's last cluster barrier (`generate`):
                 # these threads only arrive (the body's warps keep the block resident);
                 # waiting there, the warp's other lanes would slow the issuing one
-                tma.cluster_barrier(self, wait=False)
+                cluster_barrier(self, wait=False)
             b.ret_void()
         if registers:
             self._setmaxnreg("inc", self.program.body_registers)

@@ -9,7 +9,8 @@ recorded form:
   rule): `lowering=ldmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
   `ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (N = 4 where the register count
   allows, else 2, else 1; `.trans` when a register's two halves run along the rows).
-  Other `load_shared`s keep `vector(...)` (`ld.shared.vN`).
+  Other `load_shared`s keep `vector(...)` (`ld.shared.vN`), and so do reads of a peer
+  block's shared memory (`peer=`: `ldmatrix` reads the block's own only).
 - `store_shared` of 16-bit elements by the same rule, on sm_90 and later (`context.arch`):
   `lowering=stmatrix(num=N, trans=T, row_dim=R, col_dim=C)`, the instruction
   `stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (the mirror of `ldmatrix`: each
@@ -79,7 +80,7 @@ def select_instructions(program: Program, context: PassContext = DEFAULT_CONTEXT
     griddepcontrol = arch is not None and context.target.dependent_launch
 
     def choose(inst: ins.Instruction, point: ProgramPoint) -> ins.Instruction:
-        if isinstance(inst, ins.LoadShared) or (
+        if (isinstance(inst, ins.LoadShared) and inst.peer is None) or (
                 isinstance(inst, ins.StoreShared) and stmatrix
                 and inst.src.dtype == inst.dst.dtype):
             load = isinstance(inst, ins.LoadShared)

@@ -18,6 +18,10 @@ provably `w`-aligned coordinate (thread part, offsets, local part, other strides
 not split by the swizzle's unit, is one vector access of up to 16 bytes
 (`ld.shared.v4.b32`).
 
+`load_shared(..., peer=r)` reads block r's buffer of the cluster: the same addresses,
+from `mapa.shared::cluster` of the buffer's start (once an instruction), loaded with
+`ld.shared::cluster` (LLVM's address space 7), vectors as above.
+
 `load_shared` of 16-bit elements whose register layout is made of `ldmatrix` fragments
 (and whose rows are 16-byte aligned runs) is `ldmatrix.sync.aligned.m8n8.x{1,2,4}
 [.trans].shared.b16` instead, as inline PTX: the selection rule is in `analysis.ldmatrix`;
@@ -75,19 +79,31 @@ from tilevm.ir.types import Tensor
 from tilevm.layouts.shared_layout import SharedLayout
 
 GLOBAL_PTR = ir.PointerType(addrspace=1)
+CLUSTER_PTR = ir.PointerType(addrspace=7)  # NVPTX's shared::cluster window
 
 
 def _i32(value: int) -> ir.Constant:
     return ir.Constant(I32, value)
 
 
-def _swizzled_ptr(cg: KernelContext, layout: SharedLayout, byte: ir.Value) -> ir.Value:
-    """The shared pointer of buffer byte offset `byte` (i32), swizzled by `layout`."""
+def _swizzled_ptr(cg: KernelContext, layout: SharedLayout, byte: ir.Value,
+                  base: ir.Value | None = None) -> ir.Value:
+    """The shared pointer of buffer byte offset `byte` (i32), swizzled by `layout`, in
+    the block's buffer or, given its `base` (`_peer_base`), a peer's."""
     b, sw = cg.b, layout.swizzle
     if sw is not None:
         field = b.and_(b.lshr(byte, _i32(sw.base + sw.shift)), _i32(sw.mask))
         byte = b.xor(byte, b.shl(field, _i32(sw.base)))
-    return b.gep(shared_base(cg), [byte], source_etype=I8)
+    return b.gep(shared_base(cg) if base is None else base, [byte], source_etype=I8)
+
+
+def _peer_base(cg: KernelContext, peer: Expr) -> ir.Value:
+    """The start of block `peer`'s buffer, in the cluster's shared window
+    (`mapa.shared::cluster`): loads through it are `ld.shared::cluster`."""
+    name = "llvm.nvvm.mapa.shared.cluster"
+    fn = cg.module.globals.get(name) or ir.Function(
+        cg.module, ir.FunctionType(CLUSTER_PTR, [SMEM_PTR, I32]), name)
+    return cg.b.call(fn, [shared_base(cg), _to_i32(cg, cg.i64(peer))])
 
 
 def _to_i32(cg: KernelContext, value: ir.Value) -> ir.Value:
@@ -107,24 +123,26 @@ def lower_free_shared(cg: KernelContext, inst: ins.FreeShared) -> None:
 # ---- register <-> shared ----------------------------------------------------------------------
 
 def _register_access(cg: KernelContext, inst: ins.LoadShared | ins.StoreShared,
-                     shared: Tensor, tile: Tensor, offsets: tuple[Expr, ...]
+                     shared: Tensor, tile: Tensor, offsets: tuple[Expr, ...],
+                     base: ir.Value | None = None
                      ) -> tuple[SharedLayout, int, list[ir.Value]]:
-    """(layout, vector width, the shared pointer of each group of `width` registers)."""
+    """(layout, vector width, the shared pointer of each group of `width` registers;
+    into a peer's buffer given its `base`)."""
     alloc, layout = allocation(cg, shared)
     reg = cg.layout_of(tile)
     width = vector_elements(cg, inst)
     elem = layout.element_bits // 8
     b = cg.b
     # The runtime part of the byte offset, once: offset + elem * sum((thread + off) * stride)
-    base = _i32(alloc.offset)
+    offset = _i32(alloc.offset)
     for t, o, s in zip(cg.thread_part(reg), offsets, layout.strides):
         if s:
             coord = b.add(_to_i32(cg, t), _to_i32(cg, cg.i64(o)))
-            base = b.add(base, b.mul(coord, _i32(s * elem)))
+            offset = b.add(offset, b.mul(coord, _i32(s * elem)))
     ptrs = []
     for coord in cg.local_parts(reg)[::width]:
         const = elem * sum(c * s for c, s in zip(coord, layout.strides))
-        ptrs.append(_swizzled_ptr(cg, layout, b.add(base, _i32(const))))
+        ptrs.append(_swizzled_ptr(cg, layout, b.add(offset, _i32(const)), base))
     return layout, width, ptrs
 
 
@@ -206,7 +224,8 @@ def lower_load_shared(cg: KernelContext, inst: ins.LoadShared) -> None:
             values = [convert_value(cg.b, v, inst.src.dtype, inst.out.dtype) for v in values]
         cg.define(inst.out, values)
         return
-    layout, width, ptrs = _register_access(cg, inst, inst.src, inst.out, inst.offsets)
+    base = None if inst.peer is None else _peer_base(cg, inst.peer)
+    layout, width, ptrs = _register_access(cg, inst, inst.src, inst.out, inst.offsets, base)
     ty = llvm_type(inst.src.dtype)
     elem = layout.element_bits // 8
     registers: list[ir.Value] = []

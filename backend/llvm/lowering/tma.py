@@ -61,7 +61,7 @@ from tilevm.backend.analysis.tma import (
     uses_cp_async,
 )
 from tilevm.backend.llvm.context import KernelContext
-from tilevm.backend.llvm.lowering.barrier import emit_barrier
+from tilevm.backend.llvm.lowering.barrier import cluster_barrier, emit_barrier
 from tilevm.backend.llvm.shared_buffer import shared_base
 from tilevm.backend.llvm.types import I8, I32, I64
 from tilevm.ir import instructions as ins
@@ -164,15 +164,6 @@ def init_barriers(cg: KernelContext, state: TmaState) -> None:
         cluster_barrier(cg)
     else:
         emit_barrier(cg, whole_block=True)
-
-
-def cluster_barrier(cg: KernelContext, wait: bool = True) -> None:
-    """Every thread of the cluster waits here for all the others (arrives only, without
-    `wait`, and then must exit); what each wrote before is visible to all after."""
-    text = "barrier.cluster.arrive.release;"
-    if wait:
-        text += "\n\tbarrier.cluster.wait.acquire;"
-    _asm(cg, text, "~{memory}", [])
 
 
 def _wait_parity(cg: KernelContext, bar: ir.Value, parity: ir.Value) -> None:
