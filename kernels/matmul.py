@@ -244,8 +244,8 @@ def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
         qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K, blocks,
                                             slots, dependent=dependent)
     else:  # (the kernels that split K, whatever their split: unsplit, they read neither)
-        sizes = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) if s.split_k > 1 \
-            else (1, 1)
+        sizes = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) \
+            if s.split_k > 1 and not s.split_cluster else (1, 1)
         ws, counters = _splitk_buffers(x.device, stream, *sizes)
         qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K,
                                             dependent=dependent)

@@ -79,7 +79,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
                    group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
                    stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
                    split_k: int, wait_previous: bool = True, before_loads=None,
-                   before_copy=None):
+                   before_copy=None, split_cluster: bool = False):
     """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
     the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
     in f32), their layout, `bn`, the block's column tile and first column and row, and
@@ -100,7 +100,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     bn = lay.bn
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                  group_size, group_m, lay.lane_run, split_k,
-                                                 wait_previous)
+                                                 wait_previous, split_cluster)
     if before_loads is not None:
         before_loads(m0)
     atom_n0 = n_tile * lay.atoms
@@ -108,7 +108,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     # copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
     k_begin, k_len = 0, K
     if split_k > 1:
-        k_begin, k_end = split_range(tv.block_idx(2), K, chunk, split_k)
+        k_begin, k_end = split_range(split_slot(split_k, split_cluster), K, chunk, split_k)
         k_len = k_end - k_begin
 
     codes_at = lambda k: load_codes(gw, lay, k_begin + k, atom_n0)  # noqa: E731  (k: of this split's rows)
@@ -155,12 +155,17 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   *, wdtype: DataType = tv.int4, group_size: int = 128,
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
-                  wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1):
+                  wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1,
+                  split_cluster: bool = False):
+        tv.static_assert(not split_cluster or split_k in (2, 4, 8),
+                         f"split_cluster makes a tile's splits one cluster: split_k 2, 4 "
+                         f"or 8, got {split_k}")
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
-            num_warps, stages, group_m, lead, prefetch, half_atoms, split_k)
+            num_warps, stages, group_m, lead, prefetch, half_atoms, split_k,
+            split_cluster=split_cluster)
         store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
-                     split_k, num_warps, buffers, wide_stores)
+                     split_k, num_warps, buffers, wide_stores, split_cluster)
 
     qmm_wgmma.name = f"qmm_wgmma_{act.name}"
     return qmm_wgmma
@@ -262,12 +267,28 @@ def split_range(z, K, chunk: int, split_k: int):
 
 @tv.inline
 def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int, bn: int,
-                 n_tile, n0, m0, split_k: int, num_warps: int, buffers, wide_stores: bool):
+                 n_tile, n0, m0, split_k: int, num_warps: int, buffers, wide_stores: bool,
+                 split_cluster: bool = False):
     """The block's tile of y from its accumulators `acc` (`wgmma_mainloop`'s): stored
     transposed; with `split_k`, its partial sums parked in the workspace `ws` and the
     tile's last block to arrive (`counters`) adds the splits in order and stores, as in
-    `kernels.qmm` (`park_partial_sums`)."""
-    if split_k > 1:
+    `kernels.qmm` (`park_partial_sums`). With `split_cluster` the tile's splits are one
+    cluster instead: each but the first leaves its sums in its shared memory, and after
+    the cluster barrier the first adds them to its own, in split order, and stores."""
+    if split_cluster:
+        part = tv.alloc_shared(tv.f32, [bn, bm])
+        split = tv.block_idx(0) % split_k
+        if split != 0:
+            tv.store_shared(part, acc)
+        tv.cluster_sync()
+        if split == 0:
+            total = acc
+            for peer in range(1, split_k):
+                total = total + tv.load_shared(part, [0, 0], [bn, bm], layout=acc_layout,
+                                               peer=peer)
+            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
+                             buffers, wide_stores)
+    elif split_k > 1:
         tiles_n = tv.cdiv(N, bn)
         tiles = tiles_n * tv.cdiv(M, bm)
         tile = m0 // bm * tiles_n + n_tile
@@ -287,23 +308,29 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
 
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
                group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
-               split_k: int = 1, wait_previous: bool = True):
+               split_k: int = 1, wait_previous: bool = True, split_cluster: bool = False):
     """The launch grid and this block's tile, as the prefill kernels share them (a
     compile-time helper): (column tile, its first column n0, first row m0, and the views
     x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
     the format's 32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat),
     scales and zeros [Np, K / group_size]). Without `wait_previous` the block does not
     wait for the previous kernel (a consumer that waits for its producer's tiles
-    instead, docs/tile-sync.md)."""
+    instead, docs/tile-sync.md). With `split_cluster` the `split_k` splits of a tile are
+    consecutive blocks along x, one cluster (`split_slot`)."""
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
-    tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
+    if split_cluster:
+        tv.cluster(split_k)
+        tv.grid(tv.cdiv(N, bn) * split_k, tv.cdiv(M, bm))
+    else:
+        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
     # Programmatic dependent launch (sm_90): the next kernel may start now; this one
     # waits for the previous one here, before touching memory.
     tv.launch_dependents()
     if wait_previous:
         tv.wait_prerequisites()
-    n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
+    n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m,
+                                   split_k if split_cluster else 1)
     n0, m0 = n_tile * bn, m_tile * bm
     return (n_tile, n0, m0,
             *operand_views(x, w, scales, zeros, M, N, K, bits, group_size, lane_run))
@@ -323,10 +350,11 @@ def operand_views(x, w, scales, zeros, M, N, K, bits: int, group_size: int,
     return gxt, gw, gs, gz
 
 
-def grouped_tiles(tiles_n, tiles_m, group_m: int):
+def grouped_tiles(tiles_n, tiles_m, group_m: int, blocks_a_tile: int = 1):
     """(column tile, row tile) of this block: the blocks, in launch order, take the
     tiles of `group_m` row tiles a column tile at a time (row tile fastest), then the
-    next `group_m` rows (a compile-time helper of the kernel).
+    next `group_m` rows (a compile-time helper of the kernel); `blocks_a_tile`
+    consecutive blocks along x take the same tile (a cluster's splits).
 
     Why: the blocks that run at once then share their weight tiles through L2, and a
     group's x rows stay there while its columns go by; DRAM reads each weight tile
@@ -335,7 +363,14 @@ def grouped_tiles(tiles_n, tiles_m, group_m: int):
     matrix, which does not stay in L2: DRAM then reads the weights many times over,
     and most stalls wait on global loads. Groups of 8 row tiles (the kernels' default
     `group_m`) did best of the group sizes tried."""
-    return tile_of(tv.block_idx(1) * tiles_n + tv.block_idx(0), tiles_n, tiles_m, group_m)
+    column = tv.block_idx(0) // blocks_a_tile if blocks_a_tile > 1 else tv.block_idx(0)
+    return tile_of(tv.block_idx(1) * tiles_n + column, tiles_n, tiles_m, group_m)
+
+
+def split_slot(split_k: int, split_cluster: bool):
+    """Which of its tile's `split_k` splits this block is (`block_tile`'s grid; a
+    compile-time helper)."""
+    return tv.block_idx(0) % split_k if split_cluster else tv.block_idx(2)
 
 
 def tile_of(tile, tiles_n, tiles_m, group_m: int):

@@ -21,9 +21,10 @@ rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
 `stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4) and
 `split_k` (blocks along K in whole loop iterations, their partial sums added by the last
-as in the streaming kernel: 33..256 rows, where one row tile is too few blocks), or
-`stream_k` instead: `kernels.qmm_streamk`, `stream_k` blocks per SM sharing every tile's
-loop iterations evenly (not among the tuner's candidates until measured).
+as in the streaming kernel: 33..256 rows, where one row tile is too few blocks; with
+`split_cluster` a tile's splits are one cluster adding their parts through shared
+memory), or `stream_k` instead: `kernels.qmm_streamk`, `stream_k` blocks per SM sharing
+every tile's loop iterations evenly (measured slower: not a candidate).
 With `half_atoms` (even widths) each warp converts 16 columns instead of 32, so that a
 warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
 converted once per 256 rows, straight from registers). With `shared_weights` it is
@@ -80,6 +81,7 @@ class Schedule:
     producer: int = 0
     half_atoms: bool = False
     stream_k: int = 0
+    split_cluster: bool = False
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -100,6 +102,10 @@ class Schedule:
                               or self.split_k > 1 or self.stream_k < 0):
             raise ValueError(f"stream_k (blocks per SM sharing the work evenly) is the "
                              f"register-A wgmma kernel's, without split_k, got {self!r}")
+        if self.split_cluster and (not self.wgmma or self.shared_weights or self.dequant
+                                   or self.split_k not in (2, 4, 8)):
+            raise ValueError(f"split_cluster (a tile's splits one cluster) is the register-A "
+                             f"wgmma kernel's, with split_k 2, 4 or 8, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -136,10 +142,11 @@ class Schedule:
                          stages=self.stages, lead=self.lead, prefetch=self.prefetch)
             return table | ({"producer": self.producer} if self.producer else {}) \
                 | ({"half_atoms": True} if self.half_atoms else {}) \
-                | ({"split_k": self.split_k} if self.split_k > 1 else {})
+                | ({"split_k": self.split_k} if self.split_k > 1 else {}) \
+                | ({"split_cluster": True} if self.split_cluster else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
-                     "dequant", "producer", "half_atoms", "stream_k"):
+                     "dequant", "producer", "half_atoms", "stream_k", "split_cluster"):
             del table[name]
         return table
 
@@ -183,7 +190,8 @@ class Schedule:
     @property
     def splits_k_kernel(self) -> bool:
         """Whether the kernel takes split-K's workspace and tile counters (after y):
-        the streaming kernel and the register-A wgmma kernel, whatever their split."""
+        the streaming kernel and the register-A wgmma kernel, whatever their split (with
+        `split_cluster` it reads neither)."""
         return not (self.staged or self.shared_weights or self.dequant)
 
     @property
@@ -203,6 +211,7 @@ class Schedule:
                     f"{f' prefetch={self.prefetch}' if self.prefetch > 1 else ''}"
                     f"{f' producer={self.producer}' if self.producer else ''}"
                     f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}"
+                    f"{' split_cluster' if self.split_cluster else ''}"
                     f"{f' stream_k={self.stream_k}' if self.stream_k else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
@@ -355,15 +364,18 @@ def dequant_workspace(N: int, K: int) -> int:
 
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
           prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
-          half_atoms: bool = False, split_k: int = 1, stream_k: int = 0) -> Schedule:
+          half_atoms: bool = False, split_k: int = 1, stream_k: int = 0,
+          split_cluster: bool = False) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
-    `half_atoms` 16 columns a warp, K split `split_k` ways; with `stream_k`,
+    `half_atoms` 16 columns a warp, K split `split_k` ways, with `split_cluster` a tile's
+    splits one cluster adding their parts in shared memory; with `stream_k`,
     `kernels.qmm_streamk` with that many blocks per SM; or with `shared_weights`
     `kernels.qmm_wgmma_shared`, whose weights a converting producer warpgroup of
     `producer` registers a thread converts when nonzero)."""
     return Schedule(bm, k_tile(group_size), num_warps, split_k, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
-                    producer=producer, half_atoms=half_atoms, stream_k=stream_k)
+                    producer=producer, half_atoms=half_atoms, stream_k=stream_k,
+                    split_cluster=split_cluster)
 
 
 def wgmma_tile(tile: WgmmaTile, group_size: int, *, shared_weights: bool = False,

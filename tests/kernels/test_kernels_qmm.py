@@ -217,6 +217,12 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
     # the codes four k-tiles ahead of four stages (`MIDDLE_TILES`' deep half atoms)
     ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=4, half_atoms=True, split_k=2),
      40, 200),
+    # a tile's splits as one cluster: the first adds the others' parts from their shared
+    # memory (2 splits; 4 of 1 iteration each with half atoms and zero points)
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=2, split_k=2, split_cluster=True),
+     40, 200),
+    ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4,
+                          split_cluster=True), 33, 136),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -551,6 +557,25 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     _skip_unless_hopper()
     _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=2,
+                                 split_cluster=True)),
+    ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                  split_k=4, split_cluster=True)),
+    ("uint3", "f16", True, wgmma(32, 4, 4, 128, lead=2, prefetch=2, split_k=8,
+                                 split_cluster=True)),
+    ("f6e3m2", "bf16", False, wgmma(128, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                    split_k=2, split_cluster=True))])
+def test_gpu_wgmma_split_cluster(wdtype, act, zeros, s):
+    """A tile's K splits as one cluster adding their parts through distributed shared
+    memory: ragged M and N, K past whole iterations (16.5 of 256 rows, the last split's
+    short); repeated calls bitwise equal (the parts are added in split order)."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
 
 
 @pytest.mark.gpu
