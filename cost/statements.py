@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from tilevm.ir.expr import Binary, BlockIndex, Expr, ScalarCast, Select, Unary, Var, free_vars
-from tilevm.ir.instructions import AtomicAdd, GlobalView, Instruction
+from tilevm.ir.instructions import GlobalView, Instruction
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Stmt
 from tilevm.ir.transform import nested_statements
 
@@ -61,7 +61,8 @@ def expr_axes(e: Expr, var_axes: Mapping[Var, set[int]]) -> set[int]:
 
 def variable_axes(statements: list[Stmt]) -> dict[Var, set[int]]:
     """The block index axes each scalar variable's value may depend on: through `let`s,
-    assignments and loop bounds; all three for an `atomic_add`'s old value."""
+    assignments and loop bounds; all three for a scalar an instruction defines (an
+    `atomic_add`'s old value, a `globaltimer`)."""
     var_axes: dict[Var, set[int]] = {}
     changed = True
     while changed:
@@ -70,8 +71,8 @@ def variable_axes(statements: list[Stmt]) -> dict[Var, set[int]]:
             if isinstance(stmt, (Let, AssignVar, For)):
                 var = stmt.var
                 axes = set().union(*(expr_axes(e, var_axes) for e in statement_exprs(stmt)))
-            elif isinstance(stmt, AtomicAdd):
-                var, axes = stmt.out, {0, 1, 2}
+            elif isinstance(stmt, Instruction) and stmt.defines is not None:
+                var, axes = stmt.defines, {0, 1, 2}  # (an atomic's old value, a timer)
             else:
                 continue
             if not axes <= var_axes.get(var, set()):

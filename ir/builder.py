@@ -18,7 +18,7 @@ from typing import Any
 from tilevm.dtypes import DataType, parse
 from tilevm.ir import instructions as ins
 from tilevm.ir.errors import SourceLoc
-from tilevm.ir.expr import BOOL, INT32, Binary, Const, Expr, Var, as_expr
+from tilevm.ir.expr import BOOL, INT32, INT64, Binary, Const, Expr, Var, as_expr
 from tilevm.ir.stmt import AssignVar, For, If, Let, Program, Seq, Stmt
 from tilevm.ir.types import (
     MemorySpace,
@@ -179,6 +179,11 @@ class Builder:
         out = Var(self.fresh_name(self.name_hint or name), INT32)
         self.emit(ins.AtomicAdd(out=out, dst=dst, offsets=_exprs(offsets),
                                 value=as_expr(value), loc=self.loc))
+        return out
+
+    def globaltimer(self, name: str = "t") -> Var:
+        out = Var(self.fresh_name(self.name_hint or name), INT64)
+        self.emit(ins.GlobalTimer(out=out, loc=self.loc))
         return out
 
     def tile_post(self, sem: Tensor, offsets: Sequence[ExprLike], value: ExprLike) -> None:

@@ -22,6 +22,7 @@ from tilevm.dtypes import DataType, parse
 
 BOOL = parse("uint1")
 INT32 = parse("int32")
+INT64 = parse("int64")
 FLOAT32 = parse("f32")
 
 ARITHMETIC_OPS = ("+", "-", "*", "/", "//", "%", "cdiv", "min", "max")

@@ -144,6 +144,18 @@ class AtomicAdd(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GlobalTimer(Instruction):
+    """Once for the whole block: `out`, an int64 scalar variable, is the GPU's global
+    timer in nanoseconds (`%globaltimer`), read by one thread and the same in every
+    thread: a timeline of where a kernel's blocks spend their time (stored to global
+    memory by the program). It orders nothing; in the interpreter it is the number of
+    instructions the block has executed (deterministic, never decreasing)."""
+
+    opname: ClassVar[str] = "globaltimer"
+    out: Var
+
+
+@dataclass(frozen=True, kw_only=True)
 class TilePost(Instruction):
     """Once for the whole block, after every thread of it got here: `sem[offsets] +=
     value` (an int32 semaphore in global memory, the sum wrapping around) with release
@@ -463,7 +475,8 @@ class Assume(Instruction):
 
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
-        GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, TilePost, TileWait, AllocShared,
+        GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, GlobalTimer, TilePost, TileWait,
+        AllocShared,
         FreeShared, LoadShared,
         StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, ClusterSync,
         LaunchDependents,

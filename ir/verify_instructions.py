@@ -11,7 +11,7 @@ from typing import Any
 from tilevm.dtypes import DataType, DTypeError, parse
 from tilevm.dtypes.constants import literal_value
 from tilevm.ir import instructions as ins
-from tilevm.ir.expr import BOOL, Var
+from tilevm.ir.expr import BOOL, INT64, Var
 from tilevm.ir.types import Pointer, Tensor
 from tilevm.ir.verify_context import (
     INT32,
@@ -175,6 +175,12 @@ def check_atomic_add(ctx: Context, inst: ins.AtomicAdd) -> None:
     if not isinstance(inst.out, Var) or inst.out.dtype != INT32:
         fail(f"atomic_add: out must be an int32 scalar variable, got {short(inst.out)}")
     ctx.declare_var(inst.out, "atomic_add")
+
+
+def check_globaltimer(ctx: Context, inst: ins.GlobalTimer) -> None:
+    if not isinstance(inst.out, Var) or inst.out.dtype != INT64:
+        fail(f"globaltimer: out must be an int64 scalar variable, got {short(inst.out)}")
+    ctx.declare_var(inst.out, "globaltimer")
 
 
 def check_alloc_shared(ctx: Context, inst: ins.AllocShared) -> None:

@@ -152,6 +152,10 @@ class MemorySemantics(InterpreterState):
             self.races.acquire(self.block_id, key)
             self.races.release(self.block_id, key)
 
+    def exec_globaltimer(self, inst: ins.GlobalTimer) -> None:
+        """The block's count of executed instructions: a clock that is deterministic."""
+        self.scalars[inst.out] = self.steps
+
     def _int32_element(self, tensor: Tensor, offsets: Any, op: str, *, writes: bool
                        ) -> tuple[Any, np.ndarray, list[int]]:
         """The buffer, bit address and offsets of the one int32 element of global memory

@@ -234,6 +234,7 @@ class Interpreter(ClusterSemantics, TileSemantics):
         self.scalars: dict[Var, int | float] = dict(self.param_scalars)
         self.values: dict[str, Any] = {}
         self.epoch = 0
+        self.steps = 0  # instructions executed (`globaltimer`)
         self.cluster_phase = 0
         self.copies: list[AsyncCopy] = []
         self.uncommitted: list[int] = []
@@ -284,6 +285,7 @@ class Interpreter(ClusterSemantics, TileSemantics):
 
     def _instruction(self, inst: ins.Instruction) -> None:
         self._inst = inst
+        self.steps += 1
         method = getattr(self, f"exec_{inst.opname}", None)
         try:
             if method is None:

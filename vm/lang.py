@@ -44,6 +44,7 @@ from tilevm.vm.lang_memory import (
     copy_async_wait,
     free_shared,
     global_view,
+    globaltimer,
     launch_dependents,
     load_global,
     load_shared,
@@ -93,7 +94,8 @@ from tilevm.vm.tile_policies import (
 __all__ = [
     "kernel", "inline", "Inline", "ptr", "grid", "producer_warp", "cluster", "range",
     "static_assert", "assume", "block_idx", "cdiv",
-    "global_view", "load_global", "store_global", "atomic_add", "tile_post", "tile_wait",
+    "global_view", "load_global", "store_global", "atomic_add", "globaltimer", "tile_post",
+    "tile_wait",
     "TileSync", "RowSync", "StridedSync", "AffineSync", "tile_of", "take_ticket",
     "check_policy", "check_sync_graph",
     "alloc_shared", "free_shared",

@@ -81,6 +81,14 @@ def atomic_add(dst: Any, offsets: Any, value: Any = 1) -> Scalar:
                                _count(value, "tv.atomic_add value")))
 
 
+def globaltimer() -> Scalar:
+    """The GPU's global timer in nanoseconds (an int64, the same in every thread of the
+    block: one thread reads it), for a timeline of where a kernel's blocks spend their
+    time; store it to global memory to read it. In the interpreter: the number of
+    instructions the block has executed so far."""
+    return Scalar(builder_for("tv.globaltimer").globaltimer())
+
+
 def tile_post(sem: Any, offsets: Any, value: Any = 1) -> None:
     """Once the whole block got here: `sem[offsets] += value` on an int32 semaphore in
     global memory, releasing the block's earlier global writes to the blocks (of this

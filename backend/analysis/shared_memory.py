@@ -18,7 +18,8 @@ block's one dynamic shared-memory buffer.
 - tensors that may be live at the same time never share a byte;
 - `total_bytes` (a multiple of 16) covers every tensor: it is the size of the dynamic
   shared memory a launch must ask for (`CompiledKernel.shared_bytes`);
-- a program with an `atomic_add` gets `scratch_offset`: 16 bytes past every tensor,
+- a program with an instruction that defines a scalar (`atomic_add`, `globaltimer`) gets
+  `scratch_offset`: 16 bytes past every tensor,
   through which an instruction hands one thread's value to the block (a static shared
   variable instead would sit before the dynamic buffer and push its aligned start up
   to `base_align` bytes).
@@ -191,7 +192,7 @@ def shared_plan(program: Program) -> SharedPlan:
     total = max((a.offset + a.size for a in placed), default=0)
     total = -(-total // MIN_ALIGN) * MIN_ALIGN
     scratch = None
-    if any(isinstance(i, ins.AtomicAdd) for i in instructions(program.body)):
+    if any(i.defines is not None for i in instructions(program.body)):  # a hand-over
         scratch, total = total, total + MIN_ALIGN
     barrier_offset, barriers = None, tma_barriers(program)
     if barriers:

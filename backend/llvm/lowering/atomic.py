@@ -1,9 +1,9 @@
-"""Lowering of `atomic_add`: one thread's atomic on global memory, its result handed to
-the whole block."""
+"""Lowering of the instructions whose scalar result one thread computes and hands to the
+whole block: `atomic_add` and `globaltimer`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.ir as ir
 
@@ -17,21 +17,19 @@ from tilevm.ir.types import Tensor
 
 
 def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
-    """Thread 0 adds, between two barriers, and hands the old value to the block through
-    the shared scratch word (`SharedPlan.scratch_offset`). The barrier before it orders every
-    thread's earlier writes before the addition, which releases them at GPU scope
+    """Thread 0 adds (`from_thread0`). The barrier before it orders every thread's
+    earlier writes before the addition, which releases them at GPU scope
     (`atom.acq_rel.gpu`); its acquire, and the barrier after it, order the block's later
     reads after the additions it saw. An element outside `dst` adds nothing (the result
     is 0; the interpreter reports it as an error)."""
     b = cg.b
     index, inside = int32_element(cg, inst.dst, inst.offsets)
     value = cg.expr(inst.value, inst.out.dtype)
-    slot = shared_scratch(cg)
     atom = ir.InlineAsm(ir.FunctionType(I32, [PTR, I32]),
                         "atom.acq_rel.gpu.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}",
                         side_effect=True)
-    emit_barrier(cg)
-    with b.if_then(b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
+
+    def add() -> ir.Value:
         ptr = b.gep(cg.tensors[inst.dst.name].base, [index], source_etype=I32)
         with b.if_else(inside) as (then, otherwise):
             with then:
@@ -42,9 +40,29 @@ def lower_atomic_add(cg: KernelContext, inst: ins.AtomicAdd) -> None:
         result = b.phi(I32)
         result.add_incoming(old, added)
         result.add_incoming(ir.Constant(I32, 0), skipped)
-        b.store(result, slot)
+        return result
+
+    cg.scalars[inst.out.name] = from_thread0(cg, I32, add)
+
+
+def lower_globaltimer(cg: KernelContext, inst: ins.GlobalTimer) -> None:
+    """Thread 0 reads `%globaltimer` (`from_thread0`)."""
+    timer = ir.InlineAsm(ir.FunctionType(I64, []), "mov.u64 $0, %globaltimer;", "=l",
+                         side_effect=True)
+    cg.scalars[inst.out.name] = from_thread0(cg, I64, lambda: cg.b.call(timer, []))
+
+
+def from_thread0(cg: KernelContext, ty: ir.Type, compute: Callable[[], ir.Value]
+                 ) -> ir.Value:
+    """A value thread 0 computes, handed to every thread of the block through the
+    shared scratch word (`SharedPlan.scratch_offset`), between two barriers."""
+    b = cg.b
+    slot = shared_scratch(cg)
     emit_barrier(cg)
-    cg.scalars[inst.out.name] = b.load(slot, typ=I32)
+    with b.if_then(b.icmp_unsigned("==", cg.tid, ir.Constant(I32, 0))):
+        b.store(compute(), slot)
+    emit_barrier(cg)
+    return b.load(slot, typ=ty)
 
 
 def int32_element(cg: KernelContext, tensor: Tensor, offsets: Sequence[Expr]
