@@ -145,7 +145,8 @@ def _thread0(cg: KernelContext):
 
 def init_barriers(cg: KernelContext, state: TmaState) -> None:
     """At the kernel's entry: thread 0 initializes the ring (and the "empty" barriers);
-    a barrier of the whole block publishes them."""
+    a barrier of the whole block publishes them, of the whole cluster where multicast
+    copies let peers arrive on them."""
     with _thread0(cg):
         for k in range(state.ring):
             _asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
@@ -160,9 +161,9 @@ def init_barriers(cg: KernelContext, state: TmaState) -> None:
                  [state.barrier(cg, ir.Constant(I32, k)),
                   ir.Constant(I32, cg.program.producer_warps)])
         _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
-    if cg.program.cluster > 1:  # a peer's first release or slice may come at once
+    if state.multicast:  # a peer's first release or slice may come at once
         cluster_barrier(cg)
-    else:
+    else:  # (in clusters without multicast copies no peer reaches these barriers)
         emit_barrier(cg, whole_block=True)
 
 
