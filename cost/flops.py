@@ -28,9 +28,8 @@ LOW_BIT = 8  # a cast from or to a type this narrow is a conversion ("convert")
 
 def instruction_flops(inst: Instruction) -> tuple[str, int] | None:
     """The unit and the operations one execution of `inst` does (None: no arithmetic)."""
-    if isinstance(inst, Dot):
-        m, k = inst.a.type.static_shape
-        n = inst.b.type.static_shape[1]
+    if isinstance(inst, Dot):  # (with b's g matrices: each of m / g rows)
+        m, n, k = inst.mnk
         return "tensor_core", 2 * m * n * k
     if isinstance(inst, Elementwise):
         return "fma", inst.out.type.num_elements * (2 if inst.op == "fma" else 1)

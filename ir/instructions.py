@@ -434,13 +434,30 @@ class Dot(Instruction):
     tile; `b` is a register tile or a whole shared tile, which the tensor cores read in
     place (its contents as of this instruction: the writes before it need a `sync`
     between, as for any shared read by other threads); `a` is a register tile, or a whole
-    shared tile (read the same way) when `b` is one."""
+    shared tile (read the same way) when `b` is one.
+
+    A shared `b` may hold `g` matrices, b[g, k, n]: the rows of a and c then form g
+    blocks of m / g, and block i is multiplied by b[i] (`out[rows of i] = a[rows of i] @
+    b[i] + c[rows of i]`): on Hopper each warpgroup multiplies its rows by its own
+    matrix (two warpgroups on two k-tiles of one output tile, say)."""
 
     opname: ClassVar[str] = "dot"
     out: Tensor
     a: Tensor
     b: Tensor
     c: Tensor
+
+    @property
+    def groups(self) -> int:
+        """How many matrices `b` holds (1 unless b is [g, k, n])."""
+        shape = self.b.type.shape
+        return int(shape[0]) if len(shape) == 3 else 1
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        """(m, n, k): a's rows, b's columns, the shared dimension (static shapes)."""
+        m, k = self.a.type.static_shape
+        return m, self.b.type.static_shape[-1], k
 
 
 @dataclass(frozen=True, kw_only=True)

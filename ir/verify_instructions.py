@@ -453,9 +453,18 @@ def check_dot(ctx: Context, inst: ins.Dot) -> None:
     c = use(ctx, inst.c, "c", (R,))
     out = define(ctx, inst, R)
     for name, t in (("a", a), ("b", b), ("c", c)):
-        if t.type.ndim != 2:
-            fail(f"dot: {name} %{t.name} is {shape_text(t.type.shape)}; dot takes 2-D tiles")
-    (m, k), (k2, n), (cm, cn) = a.type.shape, b.type.shape, c.type.shape
+        if t.type.ndim != 2 and not (name == "b" and t.type.ndim == 3):
+            fail(f"dot: {name} %{t.name} is {shape_text(t.type.shape)}; dot takes 2-D tiles"
+                 + (" (b may be [g, k, n] in shared memory)" if name == "b" else ""))
+    if b.type.ndim == 3:
+        if b.type.space is not S or a.type.space is S:
+            fail(f"dot: b %{b.name} holds {b.type.shape[0]} matrices; that takes a shared b "
+                 "and a register a (the tensor cores read each block of rows' matrix)")
+        groups = b.type.shape[0]
+        if not is_int(groups) or groups < 1 or not is_int(a.type.shape[0]) \
+                or a.type.shape[0] % groups:
+            fail(f"dot: a's {a.type.shape[0]} rows do not split into b's {groups} blocks")
+    (m, k), (k2, n), (cm, cn) = a.type.shape, b.type.shape[-2:], c.type.shape
     if k != k2:
         fail(f"dot: a is {shape_text(a.type.shape)} but b is {shape_text(b.type.shape)}; "
               "a's columns (k) must equal b's rows")

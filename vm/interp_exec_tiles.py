@@ -178,13 +178,19 @@ class TileSemantics(InterpreterState):
         c = self._reg(inst.c)
         out = inst.out
         check_register_dtype(out.dtype, str(out))
-        if a.ndim != 2 or b.ndim != 2 or c.ndim != 2 or a.shape[1] != b.shape[0] or \
+        if b.ndim == 3 and b.shape[0] and a.ndim == 2 and a.shape[0] % b.shape[0] == 0:
+            # g matrices: row block i of a times b[i] (`ins.Dot`)
+            b = b[np.arange(a.shape[0]) // (a.shape[0] // b.shape[0])]  # [m, k, n]
+            a = a[:, None, :]  # [m, 1, k]: a batched product per row
+            c = c[:, None, :] if c.ndim == 2 else c
+        elif a.ndim != 2 or b.ndim != 2 or c.ndim != 2 or a.shape[1] != b.shape[0] or \
                 c.shape != (a.shape[0], b.shape[1]):
-            self._fail(f"dot needs a[m, k], b[k, n], c[m, n]; got {a.shape}, {b.shape}, "
-                       f"{c.shape}")
+            self._fail(f"dot needs a[m, k], b[k, n] (or a shared [g, k, n]), c[m, n]; got "
+                       f"{a.shape}, {b.shape}, {c.shape}")
         tensors = (inst.a, inst.b, inst.c)
         if out.dtype.is_integer and all(t.dtype.is_integer for t in tensors):
-            acc = a.astype(np.int64) @ b.astype(np.int64) + c.astype(np.int64)
+            acc = (a.astype(np.int64) @ b.astype(np.int64) + c.astype(np.int64)).reshape(
+                out.type.static_shape)
             self._set(out, elementwise("add", [(acc, out.dtype), (np.zeros(()), out.dtype)],
                                        out.dtype))
             return
@@ -194,6 +200,7 @@ class TileSemantics(InterpreterState):
                            "float32")
         with np.errstate(all="ignore"):
             acc = np.matmul(a.astype(np.float32), b.astype(np.float32)) + c.astype(np.float32)
+        acc = acc.reshape(out.type.static_shape)  # (a batched product: [m, 1, n])
         self._set(out, round_to(plain_nan(acc.astype(np.float64)), out.dtype))
 
     def exec_annotate_layout(self, inst: ins.AnnotateLayout) -> None:

@@ -260,7 +260,8 @@ def dot(a: Any, b: Any, c: Any = None, *, layout: Any = None) -> Tile:
 
     `b` may be a whole shared tile instead of a register tile: the tensor cores then read
     it from shared memory themselves (`wgmma` on sm_90a; see docs/language.md), and so
-    may `a` when `b` is one."""
+    may `a` when `b` is one. A shared `b` of shape [g, k, n] holds g matrices: the rows
+    of `a` and `c` form g blocks, block i multiplied by `b[i]`."""
     builder = builder_for("tv.dot")
     shared_b = isinstance(b, Tile) and b.space is MemorySpace.SHARED
     if shared_b and isinstance(a, Tile) and a.space is MemorySpace.SHARED:
@@ -272,10 +273,13 @@ def dot(a: Any, b: Any, c: Any = None, *, layout: Any = None) -> Tile:
         tb = b
     else:
         tb = register_tile(b, "tv.dot b (a register or shared tile)")
-    if ta.ndim != 2 or tb.ndim != 2:
-        raise VMError(f"tv.dot multiplies 2-d tiles, got shapes {list(ta.shape)} and "
-                      f"{list(tb.shape)}")
-    (m, k), (k2, n) = ta.shape, tb.shape
+    grouped = shared_b and tb.ndim == 3
+    if ta.ndim != 2 or tb.ndim != 2 and not grouped:
+        raise VMError(f"tv.dot multiplies 2-d tiles (b may be a shared [g, k, n]), got "
+                      f"shapes {list(ta.shape)} and {list(tb.shape)}")
+    (m, k), (k2, n) = ta.shape, tb.shape[-2:]
+    if grouped and m % tb.shape[0]:
+        raise VMError(f"tv.dot: a's {m} rows do not split into b's {tb.shape[0]} blocks")
     if k != k2:
         raise VMError(f"tv.dot: shapes {[m, k]} and {[k2, n]} do not multiply")
     if c is None:

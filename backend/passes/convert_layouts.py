@@ -207,7 +207,7 @@ class _Rewriter:
         a, b, c, out = inst.a, inst.b, inst.c, inst.out
         if not all(_register(t) for t in (a, b, c, out)):
             return [inst]
-        (m, k), n = a.type.static_shape, b.type.static_shape[1]
+        m, n, k = inst.mnk
         tiling = dot_layouts(m, n, k, a.dtype, self.num_threads)
         if tiling is None or (out.layout == c.layout and mma_accepts(
                 a.layout, b.layout, c.layout, a.dtype, k)):

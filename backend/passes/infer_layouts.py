@@ -247,7 +247,7 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
 
     for inst in insts:
         if isinstance(inst, ins.Dot):
-            (m, k), n = inst.a.type.static_shape, inst.b.type.static_shape[1]
+            m, n, k = inst.mnk
             if inst.b.space is MemorySpace.SHARED:  # wgmma: only a and c in registers
                 operands = (inst.a, inst.c)  # (a shared a: want() passes it over)
                 layouts = wgmma_layouts(m, n, k, inst.a.dtype, num_threads,

@@ -121,7 +121,7 @@ def select_instructions(program: Program, context: PassContext = DEFAULT_CONTEXT
                 raise VMError(f"dot with a shared b on {inst.a.dtype} inputs is not "
                               "supported by the GPU backend yet (wgmma: f16, bf16)",
                               format_instruction(inst), inst.loc)
-            n = inst.b.type.static_shape[1]
+            n = inst.mnk[1]
             return replace(inst, lowering=ins.lowering("wgmma", shape=f"m64n{n}k16",
                                                        acc="f32"))
         elif isinstance(inst, ins.Dot):

@@ -90,7 +90,7 @@ def lower_dot(cg: KernelContext, inst: ins.Dot) -> None:
     a, b, c, out = inst.a, inst.b, inst.c, inst.out
     dtype = a.dtype
     (fm, fn, fk), frag_a, frag_b, frag_c = MMA_INSTRUCTIONS[dtype]
-    (m, k), n = a.type.static_shape, b.type.static_shape[1]
+    m, n, k = inst.mnk
     if m % fm or n % fn or k % fk:
         raise cg.fail(f"dot on tensor cores (mma.m{fm}n{fn}k{fk}) needs M a multiple of {fm}, "
                       f"N of {fn} and K of {fk}; got M={m}, N={n}, K={k}")

@@ -25,6 +25,12 @@ swizzle's period, which `plan_shared_memory` guarantees); its stride byte offset
 distance between groups of 8 columns, `8 R` (the leading byte offset is unused by
 swizzled K-major layouts).
 
+A b of g matrices, [g, K, N] (each as above, a whole swizzle period apart): the rows of
+a and c form g blocks, block i times b[i]; each wgmma a warpgroup issues must have its
+rows in one block, and its descriptors start at that block's matrix (the block may
+differ between warpgroups: selected by the warpgroup index at run time,
+`_matrix_starts`).
+
 A shared a is the whole tile [M, K], K-major the other way round: `strides == (K, 1)`
 (its rows of K contiguous), the swizzle of `swizzled([M, K], dtype)`; each wgmma reads
 64 consecutive rows of it through its own descriptor (the tile's address plus the first
@@ -157,7 +163,7 @@ def _descriptor_bits(cg: KernelContext, layout: SharedLayout, k: int, n: int,
 
 def lower_wgmma_dot(cg: KernelContext, inst: ins.Dot) -> None:
     a, b, c, out = inst.a, inst.b, inst.c, inst.out
-    k, n = b.type.static_shape
+    m, n, k = inst.mnk
     dtype = a.dtype
     if dtype.name not in ("f16", "bf16") or c.dtype != _F32 or out.dtype != _F32:
         raise cg.fail(f"dot with a shared b takes f16 or bf16 inputs and an f32 "
@@ -176,9 +182,10 @@ def lower_wgmma_dot(cg: KernelContext, inst: ins.Dot) -> None:
     n_frags, k_steps = n // 8, k // 16
     elem = dtype.bits // 8
     bld = cg.b
-    b_upper = _descriptor_bits(cg, allocation(cg, b)[1], k, n, elem)
+    b_layout = allocation(cg, b)[1]
+    b_upper = _descriptor_bits(cg, _matrix_layout(cg, b_layout), k, n, elem)
     b_start = _tile_start(cg, b)
-    b_descriptor = _descriptor(cg, b_start, b_upper)
+    b_first = _descriptor(cg, b_start, b_upper) if inst.groups == 1 else None
     shared_a = a.space is MemorySpace.SHARED
     if shared_a:
         rows = _shared_a_rows(cg, xc, n_frags)
@@ -201,12 +208,20 @@ def lower_wgmma_dot(cg: KernelContext, inst: ins.Dot) -> None:
         row_bytes = k * elem
         plan = [(base, [_descriptor(cg, bld.add(a_start, bld.mul(row, ir.Constant(
             I32, row_bytes))), a_upper)] * k_steps) for base, row in rows]
-    # (first column, width) of each wgmma of a row; b's descriptor of each
+    # (first column, width) of each wgmma of a row; b's descriptor of each (b's matrix
+    # of the row's block: each wgmma's, selected by the warpgroup, `_matrix_starts`)
     parts = instruction_columns(cg.program, n)
-    b_descriptors = [b_descriptor] + [
-        _descriptor(cg, bld.add(b_start, ir.Constant(I32, first * k * elem)), b_upper)
-        for first, _ in parts[1:]]
+    def descriptors(start: ir.Value, first_part: ir.Value | None = None) -> list[ir.Value]:
+        return [first_part or _descriptor(cg, start, b_upper)] + [_descriptor(cg, bld.add(
+            start, ir.Constant(I32, first * k * elem)), b_upper) for first, _ in parts[1:]]
+
+    if inst.groups == 1:
+        whole = descriptors(b_start, b_first)
+    else:
+        starts = _matrix_starts(cg, xc, n_frags, inst.groups, m, b_start,
+                                b_layout.strides[0] * elem)
     for base, steps in plan:
+        b_descriptors = whole if inst.groups == 1 else descriptors(starts[base])
         for (first, width), descriptor in zip(parts, b_descriptors, strict=True):
             at = 4 * base + first // 2  # (a thread holds 4 accumulators per 8 columns)
             d = acc[at:at + width // 2]
@@ -247,6 +262,61 @@ def _descriptor(cg: KernelContext, addr: ir.Value, upper: int) -> ir.Value:
     bld = cg.b
     field = bld.and_(bld.lshr(addr, ir.Constant(I32, 4)), ir.Constant(I32, 0x3FFF))
     return bld.or_(bld.zext(field, I64), ir.Constant(I64, upper))
+
+
+def _matrix_layout(cg: KernelContext, layout: SharedLayout) -> SharedLayout:
+    """The layout of one of a shared b's matrices: b's own, or for b [g, k, n] that of
+    b[i], which must start a whole swizzle period after b[i - 1] (the tensor cores
+    swizzle absolute addresses)."""
+    if layout.rank == 2:
+        return layout
+    matrix = SharedLayout(layout.shape[1:], layout.strides[1:], layout.element_bits,
+                          layout.swizzle)
+    period = layout.swizzle.period if layout.swizzle is not None else 16
+    if (layout.strides[0] * layout.element_bits // 8) % period:
+        raise cg.fail(f"dot with b's {layout.shape[0]} matrices: b's layout {layout} puts "
+                      f"them {layout.strides[0]} elements apart, not a multiple of its "
+                      f"swizzle's {period} bytes")
+    return matrix
+
+
+def _matrix_starts(cg: KernelContext, xc, n_frags: int, groups: int, m: int,
+                   b_start: ir.Value, matrix_bytes: int) -> dict[int, ir.Value]:
+    """Per wgmma (by C base local index): the address of the b matrix its rows multiply.
+    With g matrices, the rows of each wgmma a warpgroup issues must lie in one block of
+    m / g rows (4 warps of 16 rows: a warpgroup's 64); the block, so the address, may
+    differ between warpgroups (selected by the warpgroup index at run time)."""
+    tables = xc.table()
+    num_warps = xc.num_threads  # (the fragments' quotient layout: its threads are warps)
+    bases = same_in_every_warp(cg, num_warps,
+                               lambda w: [base for base, _ in _rows(cg, tables[w], n_frags)])
+    per_block = m // groups
+    blocks = []  # per warpgroup: the block of each wgmma's rows
+    for g in range(num_warps // WARPGROUP_WARPS):
+        rows = [dict(_rows(cg, tables[WARPGROUP_WARPS * g + q], n_frags))
+                for q in range(WARPGROUP_WARPS)]
+        mine = []
+        for base in bases:
+            held = {16 * r[base] // per_block for r in rows} | \
+                {(16 * r[base] + 15) // per_block for r in rows}
+            if len(held) != 1:
+                raise cg.fail(f"dot with b's {groups} matrices: warpgroup {g}'s wgmma rows "
+                              f"{sorted(16 * r[base] for r in rows)} (16 each) span blocks "
+                              f"{sorted(held)} of {per_block} rows; each wgmma's rows must "
+                              "multiply one matrix")
+            mine.append(held.pop())
+        blocks.append(mine)
+    bld = cg.b
+    group = bld.udiv(cg.tid, ir.Constant(I32, 32 * WARPGROUP_WARPS))
+    starts = {}
+    for s, base in enumerate(bases):
+        block: ir.Value = ir.Constant(I32, blocks[0][s])
+        for g in range(1, len(blocks)):
+            if blocks[g][s] != blocks[0][s]:
+                block = bld.select(bld.icmp_unsigned("==", group, ir.Constant(I32, g)),
+                                   ir.Constant(I32, blocks[g][s]), block)
+        starts[base] = bld.add(b_start, bld.mul(block, ir.Constant(I32, matrix_bytes)))
+    return starts
 
 
 def _shared_a_rows(cg: KernelContext, xc, n_frags: int) -> list[tuple[int, ir.Value]]:
