@@ -46,7 +46,15 @@ round trip (no ldmatrix, no conversion of x).
   apart only with an even number of stages (the loop is unrolled `stages` times; with an
   odd number it serializes every wgmma, C7513);
 - blocks take their tiles in groups of `group_m` row tiles (`grouped_tiles`), so that
-  the blocks running at once share weight tiles in L2.
+  the blocks running at once share weight tiles in L2;
+- with `pair_k` (two warpgroups of half atoms) a block computes 64 columns and its
+  warpgroups take the two k-tiles of each pair (2t, 2t + 1) of them: warps 4-7 load and
+  convert the second k-tile's codes of the same atoms (`paired_views`), each stage's x
+  buffer holds both k-tiles ([2, bk, bm]) and one dot multiplies each warpgroup's rows
+  by its own (a dot with b's two matrices); the two sums are added at the end. Twice
+  the warps a scheduler at the same grid, where a K split would add its reduction
+  through global memory to the last block's critical path. A pair lies in one group
+  of scales (its rows share them).
 
 `bk` is 64 (128-byte rows of f16) or 32 (64-byte rows, the 64-byte swizzle), dividing
 the group size: a k-tile never straddles two scale groups.
@@ -79,7 +87,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
                    group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
                    stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
                    split_k: int, wait_previous: bool = True, before_loads=None,
-                   before_copy=None, split_cluster: bool = False):
+                   before_copy=None, split_cluster: bool = False, pair_k: bool = False):
     """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
     the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
     in f32), their layout, `bn`, the block's column tile and first column and row, and
@@ -87,23 +95,33 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     `before_loads(m0)`, if given, runs before the block's first load of x (a wait for
     the producer's rows of x); `before_copy(k, m0)` before the copy of each k-tile `k`
     of x (k may run past K: those copies read zeros; a wait for the producer's tile of
-    those columns)."""
+    those columns). With `pair_k` (two warpgroups of half atoms) the block's warpgroups
+    take the two k-tiles of each pair (2t, 2t + 1) of one 64-column tile (`paired_views`;
+    a dot with b's two matrices), and `acc` is their sum (module docstring)."""
     b = wdtype.bits
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
                  half_atoms)
-    chunk = stages * bk  # rows of K per iteration of the main loop
+    tv.static_assert(not pair_k or (half_atoms and num_warps == 8 and split_k == 1
+                                    and group_size % (2 * bk) == 0),
+                     f"pair_k takes two warpgroups of half atoms (num_warps=8), no split_k, "
+                     f"and pairs of k-tiles within a group ({2 * bk} rows dividing "
+                     f"{group_size})")
+    step = 2 * bk if pair_k else bk  # rows of K a stage of the main loop takes
+    chunk = stages * step  # rows of K per iteration of the main loop
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
                      f"split_k={split_k} splits K into whole iterations of {chunk} rows "
                      f"(stages * bk), which must be whole groups of {group_size}")
     lay = wgmma_layouts(act, b, bm, bk, num_warps, half_atoms)
-    bn = lay.bn
+    bn = lay.bn // 2 if pair_k else lay.bn  # columns of y the block computes
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                  group_size, group_m, lay.lane_run, split_k,
                                                  wait_previous, split_cluster)
     if before_loads is not None:
         before_loads(m0)
-    atom_n0 = n_tile * lay.atoms
+    atom_n0 = n_tile * (bn // ATOM)
+    if pair_k:
+        gw, gxt = paired_views(w, x, M, N, K, bk, lay)
     # With split_k, split z takes its `split_range` of K; the views stay whole (the
     # copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
     k_begin, k_len = 0, K
@@ -112,34 +130,58 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
         k_len = k_end - k_begin
 
     codes_at = lambda k: load_codes(gw, lay, k_begin + k, atom_n0)  # noqa: E731  (k: of this split's rows)
-    xs = [tv.alloc_shared(act, [bk, bm], layout=lay.xt) for _ in range(stages)]
+    xs = [tv.alloc_shared(act, [2, bk, bm], layout=swizzled([2, bm, bk], act).permute(
+        (0, 2, 1))) if pair_k else tv.alloc_shared(act, [bk, bm], layout=lay.xt)
+        for _ in range(stages)]
     # Each x buffer comes with its k-tile's scales (and zeros): copied with it, read
     # from shared memory where the weights are scaled (no global latency there).
     ss = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
     zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
     for first in range(lead):  # (not `s`: a runtime loop would carry it)
-        start_ktile(xs, ss, zs, first, gxt, gs, gz, first * bk, k_begin, k_len, m0, n0,
+        start_ktile(xs, ss, zs, first, gxt, gs, gz, first * step, k_begin, k_len, m0, n0,
                     group_size, split_k, before_copy)
         tv.copy_async_commit()
-    w1, w2, w3, w4 = fetch_ahead(codes_at, bk, prefetch)  # (names carried by the loop)
-    acc = tv.zeros([bn, bm], tv.f32, layout=lay.acc)
+    w1, w2, w3, w4 = fetch_ahead(codes_at, step, prefetch)  # (names carried by the loop)
+    acc = tv.zeros([lay.bn, bm], tv.f32, layout=lay.acc)
     for k0 in tv.range(0, k_len, chunk):
-        for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * bk
-            k = k0 + s * bk if s else k0
+        for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * step
+            k = k0 + s * step if s else k0
             packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
-                                                 codes_at(k + prefetch * bk))
+                                                 codes_at(k + prefetch * step))
             wt = codes_as(packed, wdtype, act, lay)
             tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
             tv.sync()  # thread's copies) for every thread; the buffer refilled next
             # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
-            wt = scaled(wt, ss[s], zs[s] if has_zeros else None, lay)
-            start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * bk,
+            wt = scaled(wt, ss[s], zs[s] if has_zeros else None, lay, pair_k)
+            start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * step,
                         k_begin, k_len, m0, n0, group_size, split_k, before_copy)
             tv.copy_async_commit()
             acc = tv.dot(wt, xs[s], acc)
     tv.copy_async_wait(0)
     buffers = (*xs, *ss, *(zs or ()))
+    if pair_k:
+        acc, layout = add_pair_sums(acc, lay.acc, bn, bm, buffers)
+        return acc, layout, bn, n_tile, n0, m0, ()
     return acc, lay.acc, bn, n_tile, n0, m0, buffers
+
+
+def add_pair_sums(acc, acc_layout: RegisterLayout, bn: int, bm: int, buffers):
+    """`pair_k`'s tile: the two warpgroups' sums (`acc`, [2 bn, bm]) added, through
+    shared memory in the main loop's `buffers` (freed: the epilogue has none left), both
+    warpgroups holding the result (a compile-time helper). Returns it and its layout."""
+    pairs = acc_layout.reshape(2, bn, bm)
+    both = pairs.reduce(0)  # one (column, row) of y^T in either warpgroup
+    for buf in buffers:
+        tv.free_shared(buf)
+    tv.sync()  # every warp is done with the buffers whose bytes the sums take
+    sums = tv.alloc_shared(tv.f32, [2, bn, bm])
+    tv.store_shared(sums, tv.view(acc, tv.f32, [2, bn, bm], pairs))
+    tv.sync()
+    total = tv.load_shared(sums, [0, 0, 0], [1, bn, bm], layout=both) + \
+        tv.load_shared(sums, [1, 0, 0], [1, bn, bm], layout=both)
+    tv.free_shared(sums)
+    layout = both.squeeze(0)
+    return tv.view(total, tv.f32, [bn, bm], layout), layout
 
 
 @cache
@@ -156,14 +198,14 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
                   wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1,
-                  split_cluster: bool = False):
+                  split_cluster: bool = False, pair_k: bool = False):
         tv.static_assert(not split_cluster or split_k in (2, 4, 8),
                          f"split_cluster makes a tile's splits one cluster: split_k 2, 4 "
                          f"or 8, got {split_k}")
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, split_k,
-            split_cluster=split_cluster)
+            split_cluster=split_cluster, pair_k=pair_k)
         store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
                      split_k, num_warps, buffers, wide_stores, split_cluster)
 
@@ -238,9 +280,43 @@ def wgmma_layouts(act: DataType, bits: int, bm: int, bk: int, num_warps: int,
 
 def load_codes(gw, lay: WgmmaLayouts, k, atom_n0):
     """The block's codes of the k-tile at row `k` of K, from atom `atom_n0` on (a
-    compile-time helper)."""
+    compile-time helper); of the pair of k-tiles from row `k` through `paired_views`'
+    codes (6-D)."""
+    if gw.ndim == len(lay.codes) + 1:  # (pair_k: atoms as (k-tile of the pair, atom))
+        chunks, atoms, *rest = lay.codes
+        shape = [chunks, 2, atoms // 2, *rest]
+        return tv.load_global(gw, [k // ATOM, 0, atom_n0, *[0] * len(rest)], shape,
+                              layout=lay.bytes.reshape(*shape))
     return tv.load_global(gw, [k // ATOM, atom_n0, *[0] * (len(lay.codes) - 2)],
                           list(lay.codes), layout=lay.bytes)
+
+
+def paired_views(w, x, M, N, K, bk: int, lay: WgmmaLayouts):
+    """`pair_k`'s views of the codes and x^T (a compile-time helper): codes
+    [K / 32 - bk / 32, 2, Np / 32, 32, *lane_run], whose dimension 1 steps a k-tile (so
+    a block's tile of 2 x (its 2 atoms) is the 8-warp tile of atoms, warps 4-7 on the
+    pair's second k-tile), and x^T [2, K - bk, M], dimension 0 stepping a k-tile. The
+    pairs start at multiples of 2 bk (a group holds whole pairs), so a pair lies wholly
+    inside K or past it, which the shortened extents mask."""
+    Np = tv.cdiv(N, ATOM) * ATOM
+    lane = lay.lane_run
+    run = 1
+    for n in lane:
+        run *= n
+    piece = Np // ATOM * 32 * run  # bytes between 32-row pieces of K
+    gw = tv.global_view(w, [K // ATOM - bk // ATOM, 2, Np // ATOM, 32, *lane],
+                        strides=[piece, bk // ATOM * piece, 32 * run, run,
+                                 *_row_major(lane)])
+    gxt = tv.global_view(x, [2, K - bk, M], strides=[bk, 1, K])
+    return gw, gxt
+
+
+def _row_major(shape: tuple[int, ...]) -> list[int]:
+    strides, n = [], 1
+    for extent in reversed(shape):
+        strides.insert(0, n)
+        n *= extent
+    return strides
 
 
 def codes_as(packed, wdtype: DataType, act: DataType, lay: WgmmaLayouts):
@@ -248,13 +324,27 @@ def codes_as(packed, wdtype: DataType, act: DataType, lay: WgmmaLayouts):
     return tv.cast(tv.view(packed, wdtype, [lay.bn, lay.bk], lay.code), act, lay.a)
 
 
-def scaled(wt, scales, zeros, lay: WgmmaLayouts):
+def scaled(wt, scales, zeros, lay: WgmmaLayouts, pair_k: bool = False):
     """The converted weights `wt` minus their zero points (`zeros`, a shared `[bn, 1]`,
-    or None) times their scales (`scales`, likewise)."""
-    column = lay.a.reduce(1)
+    or None) times their scales (`scales`, likewise). With `pair_k` the rows of `wt` are
+    two k-tiles of the same `bn / 2` columns, which take the same `[bn / 2, 1]` scales."""
+    if not pair_k:
+        column = lay.a.reduce(1)
+        if zeros is not None:
+            wt = wt - tv.load_shared(zeros, [0, 0], [lay.bn, 1], layout=column)
+        return wt * tv.load_shared(scales, [0, 0], [lay.bn, 1], layout=column)
+    half = lay.bn // 2
+    pairs = lay.a.reshape(2, half, lay.bk)  # rows (k-tile of the pair, column)
+    column = pairs.reduce((0, 2))  # one column's scale, in both warpgroups
+
+    def per_column(t):
+        loaded = tv.load_shared(t, [0, 0], [half, 1], layout=column.squeeze(0))
+        return tv.view(loaded, t.dtype, [1, half, 1], column)
+
+    wt = tv.view(wt, wt.dtype, [2, half, lay.bk], pairs)
     if zeros is not None:
-        wt = wt - tv.load_shared(zeros, [0, 0], [lay.bn, 1], layout=column)
-    return wt * tv.load_shared(scales, [0, 0], [lay.bn, 1], layout=column)
+        wt = wt - per_column(zeros)
+    return tv.view(wt * per_column(scales), wt.dtype, [lay.bn, lay.bk], lay.a)
 
 
 def split_range(z, K, chunk: int, split_k: int):
@@ -445,7 +535,7 @@ def _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_c
 def copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
     """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales
     (and zeros) of its group for the columns from `n0` into `ss[buf]` (`zs[buf]`)."""
-    tv.copy_async(xs[buf], gxt, [k, m0])
+    tv.copy_async(xs[buf], gxt, [0, k, m0] if gxt.ndim == 3 else [k, m0])  # (3-D: pair_k)
     copy_scales(ss, zs, buf, gs, gz, n0, k, group_size)
 
 

@@ -82,6 +82,7 @@ class Schedule:
     half_atoms: bool = False
     stream_k: int = 0
     split_cluster: bool = False
+    pair_k: bool = False
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -106,6 +107,10 @@ class Schedule:
                                    or self.split_k not in (2, 4, 8)):
             raise ValueError(f"split_cluster (a tile's splits one cluster) is the register-A "
                              f"wgmma kernel's, with split_k 2, 4 or 8, got {self!r}")
+        if self.pair_k and (not self.wgmma or not self.half_atoms or self.num_warps != 8
+                            or self.split_k > 1 or self.stream_k or self.shared_weights):
+            raise ValueError(f"pair_k (two warpgroups on a pair of k-tiles) is the register-A "
+                             f"wgmma kernel's with half atoms, 8 warps, no split, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -143,10 +148,12 @@ class Schedule:
             return table | ({"producer": self.producer} if self.producer else {}) \
                 | ({"half_atoms": True} if self.half_atoms else {}) \
                 | ({"split_k": self.split_k} if self.split_k > 1 else {}) \
-                | ({"split_cluster": True} if self.split_cluster else {})
+                | ({"split_cluster": True} if self.split_cluster else {}) \
+                | ({"pair_k": True} if self.pair_k else {})
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
-                     "dequant", "producer", "half_atoms", "stream_k", "split_cluster"):
+                     "dequant", "producer", "half_atoms", "stream_k", "split_cluster",
+                     "pair_k"):
             del table[name]
         return table
 
@@ -171,6 +178,8 @@ class Schedule:
                     and 1 <= self.lead <= self.stages - 2 <= 4
             if self.stream_k and self.prefetch > self.stages:  # the codes run at most
                 return False  # one unit (iteration) ahead
+            if self.pair_k and group_size % (2 * self.bk):  # a pair within a group
+                return False
             if self.split_k > 1:  # whole iterations of whole groups a split; the last
                 # block's sum holds two tiles of partial sums: at most 128 a thread each
                 chunk = self.stages * self.bk
@@ -198,8 +207,8 @@ class Schedule:
     def block_columns(self) -> int:
         """Columns of y a block of the kernels that split K computes (`bn`: the
         streaming kernel's and the register-A wgmma kernel's): 32 a warp, 16 with half
-        atoms."""
-        return (16 if self.half_atoms else 32) * self.num_warps
+        atoms, half that with `pair_k` (both warpgroups on the same columns)."""
+        return (16 if self.half_atoms else 32) * self.num_warps // (2 if self.pair_k else 1)
 
     def __str__(self) -> str:
         if self.wgmma:
@@ -212,6 +221,7 @@ class Schedule:
                     f"{f' producer={self.producer}' if self.producer else ''}"
                     f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}"
                     f"{' split_cluster' if self.split_cluster else ''}"
+                    f"{' pair_k' if self.pair_k else ''}"
                     f"{f' stream_k={self.stream_k}' if self.stream_k else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
@@ -365,7 +375,7 @@ def dequant_workspace(N: int, K: int) -> int:
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
           prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
           half_atoms: bool = False, split_k: int = 1, stream_k: int = 0,
-          split_cluster: bool = False) -> Schedule:
+          split_cluster: bool = False, pair_k: bool = False) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
     `half_atoms` 16 columns a warp, K split `split_k` ways, with `split_cluster` a tile's
     splits one cluster adding their parts in shared memory; with `stream_k`,
@@ -375,7 +385,7 @@ def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
     return Schedule(bm, k_tile(group_size), num_warps, split_k, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
                     producer=producer, half_atoms=half_atoms, stream_k=stream_k,
-                    split_cluster=split_cluster)
+                    split_cluster=split_cluster, pair_k=pair_k)
 
 
 def wgmma_tile(tile: WgmmaTile, group_size: int, *, shared_weights: bool = False,
@@ -562,7 +572,8 @@ def schedule_space(K: int, group_size: int, *, hopper: bool = False,
                    bits: int | None = None) -> Space[Schedule]:
     """The quantized matmul's schedules as knobs (`tune.space`): every field of
     `Schedule` but the dequantize-then-multiply pair (two launches), the converting
-    producer and stream-K (not a candidate yet). A combination is a candidate where
+    producer, stream-K, split_cluster (measured slower) and pair_k (not yet measured).
+    A combination is a candidate where
     `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the wgmma
     kernels) and the weight width (`bits`: half atoms need an even one). Every schedule
     of `candidates` is a point."""

@@ -72,6 +72,10 @@ KERNELS += [(f"stream-K {wd} half_atoms={half}", qmm_streamk_kernel,
                   half_atoms=half))
             for wd in ("int4", "int3", "int8", "f6e3m2") for half in (False, True)
             if not half or parse(wd).bits % 2 == 0]
+KERNELS += [(f"register-A pair_k {wd} wide={wide}", qmm_wgmma_kernel,
+             dict(wdtype=wd, wide_stores=wide, bm=64, num_warps=8, stages=4, lead=2,
+                  prefetch=4, half_atoms=True, pair_k=True))
+            for wd in ("int4", "f6e3m2") for wide in (False, True)]
 KERNELS += [(f"wt_matmul {kw}", lambda _act: wt_matmul_kernel("f16"), kw)
             for kw in ({}, {"wide_stores": True}, {"producer": True, "lead": 3},
                        {"producer": True, "wide_stores": True, "cluster": 2})]

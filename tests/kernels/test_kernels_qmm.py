@@ -245,6 +245,48 @@ def test_split_k_workspace_puts_a_warps_16_byte_runs_side_by_side(regs, width):
             assert order.global_index(t, r) == (0, 0, r // width, t, r % width)
 
 
+@pytest.mark.parametrize("wdtype, zeros, s, M, N, K", [
+    # K = 512: two iterations of four pairs of 64-row k-tiles; ragged M and N
+    ("int4", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True, pair_k=True),
+     40, 200, 512),
+    # zero points, a 6-bit type, codes four pairs ahead
+    ("uint6", True, wgmma(16, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True),
+     17, 136, 512),
+    # K = 640: 1.25 iterations (the last iteration's pairs past K read zeros), a last
+    # tile of 8 columns
+    ("int4", False, wgmma(16, 8, 4, 128, lead=2, prefetch=2, half_atoms=True, pair_k=True),
+     9, 72, 640),
+    # groups of 64: pairs of 32-row k-tiles
+    ("int8", False, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, pair_k=True),
+     9, 72, 320)])
+def test_wgmma_pair_k_in_the_interpreter(wdtype, zeros, s, M, N, K):
+    """Two warpgroups on the two k-tiles of each pair of one 64-column tile (`pair_k`),
+    their sums added at the end."""
+    x, qw, ref = qmm_problem(wdtype, M, N, K, 2 * s.bk if s.bk == 32 else 128, zeros,
+                             seed=2)
+    y = _interpret(x, qw, s)
+    assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
+
+
+def test_pair_k_is_two_warpgroups_of_half_atoms_without_a_split():
+    with pytest.raises(ValueError, match="pair_k .* half atoms, 8 warps, no split"):
+        wgmma(64, 4, 4, 128, half_atoms=True, pair_k=True)
+    with pytest.raises(ValueError, match="pair_k"):
+        wgmma(64, 8, 4, 128, half_atoms=True, pair_k=True, split_k=2)
+    s = wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True)
+    assert s.block_columns == 64 and s.constants()["pair_k"] is True
+    assert str(s).endswith(" pair_k") and s.fits(4096, 128)
+    # a pair of k-tiles must lie in one group of scales: 32-row k-tiles for groups of 64
+    assert wgmma(64, 8, 4, 64, lead=2, half_atoms=True, pair_k=True).fits(4096, 64)
+    s64 = Schedule(64, 64, 8, wgmma=True, stages=4, lead=2, half_atoms=True, pair_k=True)
+    assert not s64.fits(4096, 64)
+    with pytest.raises(VMError, match="pairs of k-tiles within a group .128 rows dividing "
+                                      "64.") as info:
+        schedule_kernel(s64).specialize(wdtype=dtypes.parse("int4"), group_size=64,
+                                        **s64.constants())
+    assert info.value.loc is not None and info.value.loc.file.endswith("qmm_wgmma.py")
+
+
 def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
     """K = 576: 4.5 iterations of 128 rows; the last of 3 splits (1, 1, 2 iterations and
     a half) runs past K, where the copies read zeros and the codes' loads nothing."""
@@ -557,6 +599,24 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     _skip_unless_hopper()
     _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                 pair_k=True)),
+    ("uint4", "bf16", True, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  pair_k=True)),
+    ("f6e3m2", "f16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                   pair_k=True)),
+    ("int8", "bf16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
+                                  pair_k=True))])
+def test_gpu_wgmma_pair_k(wdtype, act, zeros, s):
+    """Two warpgroups on the two k-tiles of each pair of one tile: ragged M and N, K past
+    whole iterations (16.5 of 256 rows: pairs past K), repeated calls bitwise equal."""
+    _skip_unless_hopper()
+    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
 
 
 @pytest.mark.gpu
