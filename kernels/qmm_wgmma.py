@@ -66,6 +66,7 @@ from functools import cache
 from typing import NamedTuple
 
 from tilevm.dtypes import DataType
+from tilevm.ir.stmt import WARPGROUP_WARPS
 from tilevm.kernels.qmm import (
     activation_type,
     fetch_ahead,
@@ -102,11 +103,10 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
                  half_atoms)
-    tv.static_assert(not pair_k or (half_atoms and num_warps == 8 and split_k == 1
+    tv.static_assert(not pair_k or (half_atoms and num_warps == 8
                                     and group_size % (2 * bk) == 0),
-                     f"pair_k takes two warpgroups of half atoms (num_warps=8), no split_k, "
-                     f"and pairs of k-tiles within a group ({2 * bk} rows dividing "
-                     f"{group_size})")
+                     f"pair_k takes two warpgroups of half atoms (num_warps=8) and pairs of "
+                     f"k-tiles within a group ({2 * bk} rows dividing {group_size})")
     step = 2 * bk if pair_k else bk  # rows of K a stage of the main loop takes
     chunk = stages * step  # rows of K per iteration of the main loop
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
@@ -167,20 +167,23 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
 
 def add_pair_sums(acc, acc_layout: RegisterLayout, bn: int, bm: int, buffers):
     """`pair_k`'s tile: the two warpgroups' sums (`acc`, [2 bn, bm]) added, through
-    shared memory in the main loop's `buffers` (freed: the epilogue has none left), both
-    warpgroups holding the result (a compile-time helper). Returns it and its layout."""
+    shared memory in the main loop's `buffers` (freed: the epilogue has none left), each
+    warpgroup then holding half of the tile's rows of x (mma C fragments, 4 warps along
+    the 64 columns of y, 2 along x's rows) (a compile-time helper). Returns it and its
+    layout."""
     pairs = acc_layout.reshape(2, bn, bm)
-    both = pairs.reduce(0)  # one (column, row) of y^T in either warpgroup
+    layout = spatial(WARPGROUP_WARPS, 2) * local(bn // (16 * WARPGROUP_WARPS), bm // 16) \
+        * mma_m16n8k16_c()
+    halves = layout.unsqueeze(0)
     for buf in buffers:
         tv.free_shared(buf)
     tv.sync()  # every warp is done with the buffers whose bytes the sums take
     sums = tv.alloc_shared(tv.f32, [2, bn, bm])
     tv.store_shared(sums, tv.view(acc, tv.f32, [2, bn, bm], pairs))
     tv.sync()
-    total = tv.load_shared(sums, [0, 0, 0], [1, bn, bm], layout=both) + \
-        tv.load_shared(sums, [1, 0, 0], [1, bn, bm], layout=both)
+    total = tv.load_shared(sums, [0, 0, 0], [1, bn, bm], layout=halves) + \
+        tv.load_shared(sums, [1, 0, 0], [1, bn, bm], layout=halves)
     tv.free_shared(sums)
-    layout = both.squeeze(0)
     return tv.view(total, tv.f32, [bn, bm], layout), layout
 
 

@@ -108,9 +108,9 @@ class Schedule:
             raise ValueError(f"split_cluster (a tile's splits one cluster) is the register-A "
                              f"wgmma kernel's, with split_k 2, 4 or 8, got {self!r}")
         if self.pair_k and (not self.wgmma or not self.half_atoms or self.num_warps != 8
-                            or self.split_k > 1 or self.stream_k or self.shared_weights):
+                            or self.split_cluster or self.stream_k or self.shared_weights):
             raise ValueError(f"pair_k (two warpgroups on a pair of k-tiles) is the register-A "
-                             f"wgmma kernel's with half atoms, 8 warps, no split, got {self!r}")
+                             f"wgmma kernel's with half atoms and 8 warps, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -182,7 +182,7 @@ class Schedule:
                 return False
             if self.split_k > 1:  # whole iterations of whole groups a split; the last
                 # block's sum holds two tiles of partial sums: at most 128 a thread each
-                chunk = self.stages * self.bk
+                chunk = self.stages * self.bk * (2 if self.pair_k else 1)
                 if chunk % group_size or self.split_k > K // chunk or \
                         self.bm * self.block_columns > 128 * 32 * self.num_warps:
                     return False

@@ -258,7 +258,12 @@ def test_split_k_workspace_puts_a_warps_16_byte_runs_side_by_side(regs, width):
      9, 72, 640),
     # groups of 64: pairs of 32-row k-tiles
     ("int8", False, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, pair_k=True),
-     9, 72, 320)])
+     9, 72, 320),
+    # with K split in two and in three (1, 1, 2 iterations): the parts of the pair sums
+    ("int4", False, wgmma(32, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True,
+                          split_k=2), 40, 200, 1024),
+    ("uint4", True, wgmma(16, 8, 4, 128, lead=2, prefetch=2, half_atoms=True, pair_k=True,
+                          split_k=3), 17, 72, 2048)])
 def test_wgmma_pair_k_in_the_interpreter(wdtype, zeros, s, M, N, K):
     """Two warpgroups on the two k-tiles of each pair of one 64-column tile (`pair_k`),
     their sums added at the end."""
@@ -268,11 +273,11 @@ def test_wgmma_pair_k_in_the_interpreter(wdtype, zeros, s, M, N, K):
     assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
 
 
-def test_pair_k_is_two_warpgroups_of_half_atoms_without_a_split():
-    with pytest.raises(ValueError, match="pair_k .* half atoms, 8 warps, no split"):
+def test_pair_k_is_two_warpgroups_of_half_atoms():
+    with pytest.raises(ValueError, match="pair_k .* half atoms and 8 warps"):
         wgmma(64, 4, 4, 128, half_atoms=True, pair_k=True)
     with pytest.raises(ValueError, match="pair_k"):
-        wgmma(64, 8, 4, 128, half_atoms=True, pair_k=True, split_k=2)
+        wgmma(64, 8, 4, 128, half_atoms=True, pair_k=True, split_k=2, split_cluster=True)
     s = wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True)
     assert s.block_columns == 64 and s.constants()["pair_k"] is True
     assert str(s).endswith(" pair_k") and s.fits(4096, 128)
@@ -610,7 +615,9 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("f6e3m2", "f16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                    pair_k=True)),
     ("int8", "bf16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
-                                  pair_k=True))])
+                                  pair_k=True)),
+    ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                 pair_k=True, split_k=2))])
 def test_gpu_wgmma_pair_k(wdtype, act, zeros, s):
     """Two warpgroups on the two k-tiles of each pair of one tile: ragged M and N, K past
     whole iterations (16.5 of 256 rows: pairs past K), repeated calls bitwise equal."""
