@@ -103,15 +103,16 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
                  half_atoms)
-    tv.static_assert(not pair_k or (half_atoms and num_warps == 8
+    tv.static_assert(not pair_k or (half_atoms and num_warps == 8 and bm % 16 == 0
                                     and group_size % (2 * bk) == 0),
-                     f"pair_k takes two warpgroups of half atoms (num_warps=8) and pairs of "
+                     f"pair_k takes two warpgroups of half atoms (num_warps=8), rows of x "
+                     f"in 16s (bm={bm}: each warpgroup ends with half of them) and pairs of "
                      f"k-tiles within a group ({2 * bk} rows dividing {group_size})")
     step = 2 * bk if pair_k else bk  # rows of K a stage of the main loop takes
     chunk = stages * step  # rows of K per iteration of the main loop
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
                      f"split_k={split_k} splits K into whole iterations of {chunk} rows "
-                     f"(stages * bk), which must be whole groups of {group_size}")
+                     f"(stages * {step}), which must be whole groups of {group_size}")
     lay = wgmma_layouts(act, b, bm, bk, num_warps, half_atoms)
     bn = lay.bn // 2 if pair_k else lay.bn  # columns of y the block computes
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,

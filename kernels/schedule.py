@@ -178,8 +178,8 @@ class Schedule:
                     and 1 <= self.lead <= self.stages - 2 <= 4
             if self.stream_k and self.prefetch > self.stages:  # the codes run at most
                 return False  # one unit (iteration) ahead
-            if self.pair_k and group_size % (2 * self.bk):  # a pair within a group
-                return False
+            if self.pair_k and (group_size % (2 * self.bk) or self.bm % 16):  # a pair
+                return False  # within a group; half of x's rows to each warpgroup
             if self.split_k > 1:  # whole iterations of whole groups a split; the last
                 # block's sum holds two tiles of partial sums: at most 128 a thread each
                 chunk = self.stages * self.bk * (2 if self.pair_k else 1)

@@ -290,6 +290,7 @@ def test_pair_k_is_two_warpgroups_of_half_atoms():
         schedule_kernel(s64).specialize(wdtype=dtypes.parse("int4"), group_size=64,
                                         **s64.constants())
     assert info.value.loc is not None and info.value.loc.file.endswith("qmm_wgmma.py")
+    assert not wgmma(8, 8, 4, 128, lead=2, half_atoms=True, pair_k=True).fits(4096, 128)
 
 
 def test_wgmma_split_k_past_whole_iterations_in_the_interpreter():
