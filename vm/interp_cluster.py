@@ -52,9 +52,12 @@ def join_clusters(states: Sequence[Any], blocks: Sequence[tuple[int, tuple[int, 
     states by rank (`x % n`) and its rank, for the launches whose programs use
     clusters."""
     clusters: dict[tuple[int, int, int, int], list[Any]] = {}
+    clustered: dict[int, bool] = {}  # per launch, looked at once (not once a block)
     for state, (k, (x, y, z)) in zip(states, blocks):
         n = state.program.cluster
-        if n > 1 and uses_clusters(state.program):
+        if k not in clustered:
+            clustered[k] = n > 1 and uses_clusters(state.program)
+        if clustered[k]:
             members = clusters.setdefault((k, x // n, y, z), [None] * n)
             members[x % n] = state
             state.cluster, state.cluster_rank = members, x % n

@@ -178,11 +178,11 @@ class TileSemantics(InterpreterState):
         c = self._reg(inst.c)
         out = inst.out
         check_register_dtype(out.dtype, str(out))
-        if b.ndim == 3 and b.shape[0] and a.ndim == 2 and a.shape[0] % b.shape[0] == 0:
-            # g matrices: row block i of a times b[i] (`ins.Dot`)
-            b = b[np.arange(a.shape[0]) // (a.shape[0] // b.shape[0])]  # [m, k, n]
-            a = a[:, None, :]  # [m, 1, k]: a batched product per row
-            c = c[:, None, :] if c.ndim == 2 else c
+        if b.ndim == 3 and b.shape[0] and a.ndim == 2 and c.ndim == 2 \
+                and a.shape[0] % b.shape[0] == 0:
+            # g matrices: row block i of a (and c) times b[i] (`ins.Dot`), a batched product
+            a = a.reshape(b.shape[0], -1, a.shape[1])
+            c = c.reshape(b.shape[0], -1, c.shape[1])
         elif a.ndim != 2 or b.ndim != 2 or c.ndim != 2 or a.shape[1] != b.shape[0] or \
                 c.shape != (a.shape[0], b.shape[1]):
             self._fail(f"dot needs a[m, k], b[k, n] (or a shared [g, k, n]), c[m, n]; got "
@@ -200,7 +200,7 @@ class TileSemantics(InterpreterState):
                            "float32")
         with np.errstate(all="ignore"):
             acc = np.matmul(a.astype(np.float32), b.astype(np.float32)) + c.astype(np.float32)
-        acc = acc.reshape(out.type.static_shape)  # (a batched product: [m, 1, n])
+        acc = acc.reshape(out.type.static_shape)  # (a batched product: [g, m / g, n])
         self._set(out, round_to(plain_nan(acc.astype(np.float64)), out.dtype))
 
     def exec_annotate_layout(self, inst: ins.AnnotateLayout) -> None:
