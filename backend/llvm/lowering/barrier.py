@@ -13,6 +13,8 @@ while a peer may still read its shared memory."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import llvmlite.ir as ir
 
 from tilevm.backend.llvm.context import KernelContext
@@ -34,7 +36,7 @@ def _fence_to_tensor_cores(cg: KernelContext) -> None:
         # wgmma reads shared memory through the async proxy: each thread's writes (its
         # st.shared and finished cp.async) are fenced to it before the barrier
         # publishes them to the other threads.
-        _asm(cg, "fence.proxy.async.shared::cta;", "")
+        void_asm(cg, "fence.proxy.async.shared::cta;", "")
 
 
 def cluster_barrier(cg: KernelContext, wait: bool = True) -> None:
@@ -43,12 +45,14 @@ def cluster_barrier(cg: KernelContext, wait: bool = True) -> None:
     text = "barrier.cluster.arrive.release;"
     if wait:
         text += "\n\tbarrier.cluster.wait.acquire;"
-    _asm(cg, text, "~{memory}")
+    void_asm(cg, text, "~{memory}")
 
 
-def _asm(cg: KernelContext, text: str, constraints: str) -> None:
-    cg.b.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, constraints,
-                           side_effect=True), [])
+def void_asm(cg: KernelContext, text: str, constraints: str,
+             args: Sequence[ir.Value] = ()) -> ir.Value:
+    """Inline PTX with side effects and no result, on `args` (also the TMA lowering's)."""
+    fn_ty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+    return cg.b.call(ir.InlineAsm(fn_ty, text, constraints, side_effect=True), list(args))
 
 
 def emit_barrier(cg: KernelContext, whole_block: bool = False) -> None:
@@ -57,10 +61,7 @@ def emit_barrier(cg: KernelContext, whole_block: bool = False) -> None:
     program with a producer warp, the warps that run the body wait for each other only
     (`bar.sync 1, num_threads`), unless `whole_block`."""
     if cg.program.producer_warps and not whole_block:
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []),
-                           f"bar.sync 1, {cg.program.num_threads};", "~{memory}",
-                           side_effect=True)
-        cg.b.call(asm, [])
+        void_asm(cg, f"bar.sync 1, {cg.program.num_threads};", "~{memory}")
         return
     fn = cg.module.globals.get("llvm.nvvm.barrier0") or ir.Function(
         cg.module, ir.FunctionType(ir.VoidType(), []), "llvm.nvvm.barrier0")

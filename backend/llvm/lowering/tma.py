@@ -61,7 +61,7 @@ from tilevm.backend.analysis.tma import (
     uses_cp_async,
 )
 from tilevm.backend.llvm.context import KernelContext
-from tilevm.backend.llvm.lowering.barrier import cluster_barrier, emit_barrier
+from tilevm.backend.llvm.lowering.barrier import cluster_barrier, emit_barrier, void_asm
 from tilevm.backend.llvm.shared_buffer import shared_base
 from tilevm.backend.llvm.types import I8, I32, I64
 from tilevm.ir import instructions as ins
@@ -127,11 +127,6 @@ def add_map_params(function: ir.Function, module: ir.Module, first: int, count: 
         function, ir.MetaDataString(module, "grid_constant"), module.add_metadata(indices)]))
 
 
-def _asm(cg: KernelContext, text: str, constraints: str, args: list[ir.Value]) -> ir.Value:
-    fn_ty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
-    return cg.b.call(ir.InlineAsm(fn_ty, text, constraints, side_effect=True), args)
-
-
 @contextmanager
 def _thread0(cg: KernelContext):
     """Code that one thread runs: thread 0 (the producer's body runs in one thread, a
@@ -149,18 +144,18 @@ def init_barriers(cg: KernelContext, state: TmaState) -> None:
     copies let peers arrive on them."""
     with _thread0(cg):
         for k in range(state.ring):
-            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
+            void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k))])
         for name, k in state.empty.items():
             blocks = state.cluster if name in state.multicast else 1
-            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+            void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k)),
                   ir.Constant(I32, cg.program.num_warps * blocks)])
         for k in state.full.values():  # each producer warp arrives once its lanes stored
-            _asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+            void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
                  [state.barrier(cg, ir.Constant(I32, k)),
                   ir.Constant(I32, cg.program.producer_warps)])
-        _asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+        void_asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
     if state.multicast:  # a peer's first release or slice may come at once
         cluster_barrier(cg)
     else:  # (in clusters without multicast copies no peer reaches these barriers)
@@ -170,7 +165,7 @@ def init_barriers(cg: KernelContext, state: TmaState) -> None:
 def _wait_parity(cg: KernelContext, bar: ir.Value, parity: ir.Value) -> None:
     text = ("{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 "
             "done, [$0], $1; @!done bra wait; }")
-    _asm(cg, text, "r,r,~{memory}", [bar, parity])
+    void_asm(cg, text, "r,r,~{memory}", [bar, parity])
 
 
 def emit_tma_release(cg: KernelContext, inst: ins.CopyAsync | ins.StoreShared) -> None:
@@ -186,7 +181,7 @@ def emit_tma_release(cg: KernelContext, inst: ins.CopyAsync | ins.StoreShared) -
     if not getattr(inst, "multicast", False):
         _warp_arrives(cg, bar)
         return
-    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    void_asm(cg, "bar.warp.sync -1;", "~{memory}", [])
     with _lane0(cg):
         for rank in range(state.cluster):  # this block's barrier and each peer's
             # (release at the CTA's scope, the default: the buffer's reads are retired
@@ -194,7 +189,7 @@ def emit_tma_release(cg: KernelContext, inst: ins.CopyAsync | ins.StoreShared) -
             # arrival a slow cluster-wide fence)
             text = ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
                     "mbarrier.arrive.shared::cluster.b64 _, [remote]; }")
-            _asm(cg, text, "r,r,~{memory}", [bar, ir.Constant(I32, rank)])
+            void_asm(cg, text, "r,r,~{memory}", [bar, ir.Constant(I32, rank)])
 
 
 @contextmanager
@@ -208,9 +203,9 @@ def _lane0(cg: KernelContext):
 def _warp_arrives(cg: KernelContext, bar: ir.Value) -> None:
     """Once all the warp's lanes are here, its lane 0 arrives on mbarrier `bar` (one
     arrival a warp)."""
-    _asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    void_asm(cg, "bar.warp.sync -1;", "~{memory}", [])
     with _lane0(cg):
-        _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+        void_asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
 
 def _wait_for_release(cg: KernelContext, name: str) -> None:
@@ -238,7 +233,7 @@ def producer_store(cg: KernelContext, inst: ins.StoreShared):
         return
     _wait_for_release(cg, name)
     yield
-    _asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", [])
+    void_asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", [])
     _warp_arrives(cg, state.barrier(cg, ir.Constant(I32, state.full[name])))
 
 
@@ -272,7 +267,7 @@ def emit_tma_copy(cg: KernelContext, inst: ins.CopyAsync, dst: ir.Value) -> None
     with _thread0(cg):
         if state.empty:
             _wait_for_release(cg, inst.dst.name)
-        _asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
+        void_asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
              "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
         address = cg.b.ptrtoint(dst, I32)
         operands = [address, cg.b.ptrtoint(state.maps[spec], I64), bar, *coords]
@@ -289,7 +284,7 @@ def emit_tma_copy(cg: KernelContext, inst: ins.CopyAsync, dst: ir.Value) -> None
         text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
                 f".mbarrier::complete_tx::bytes{multicast} [$0], [$1, {{{names}}}], "
                 f"[$2]{mask};")
-        _asm(cg, text, ",".join(constraints + ["~{memory}"]), operands)
+        void_asm(cg, text, ",".join(constraints + ["~{memory}"]), operands)
 
 
 def emit_tma_commit(cg: KernelContext) -> None:
@@ -299,7 +294,7 @@ def emit_tma_commit(cg: KernelContext) -> None:
     if cg.in_producer or not state.empty:
         bar = state.barrier(cg, state.current_slot(cg))
         with _thread0(cg):
-            _asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+            void_asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
     count = cg.b.load(state.groups)
     cg.b.store(cg.b.add(count, ir.Constant(I32, 1)), state.groups)
 

@@ -307,16 +307,23 @@ def _matrix_starts(cg: KernelContext, xc, n_frags: int, groups: int, m: int,
             mine.append(held.pop())
         blocks.append(mine)
     bld = cg.b
-    group = bld.udiv(cg.tid, ir.Constant(I32, 32 * WARPGROUP_WARPS))
-    starts = {}
-    for s, base in enumerate(bases):
-        block: ir.Value = ir.Constant(I32, blocks[0][s])
-        for g in range(1, len(blocks)):
-            if blocks[g][s] != blocks[0][s]:
-                block = bld.select(bld.icmp_unsigned("==", group, ir.Constant(I32, g)),
-                                   ir.Constant(I32, blocks[g][s]), block)
-        starts[base] = bld.add(b_start, bld.mul(block, ir.Constant(I32, matrix_bytes)))
-    return starts
+    return {base: bld.add(b_start, bld.mul(_by_warpgroup(cg, [mine[s] for mine in blocks]),
+                                           ir.Constant(I32, matrix_bytes)))
+            for s, base in enumerate(bases)}
+
+
+def _by_warpgroup(cg: KernelContext, values: list[int]) -> ir.Value:
+    """`values[g]` in warpgroup g (an i32): a constant where they agree, else selected by
+    the warpgroup index at run time."""
+    bld = cg.b
+    value: ir.Value = ir.Constant(I32, values[0])
+    if any(v != values[0] for v in values):
+        group = bld.udiv(cg.tid, ir.Constant(I32, 32 * WARPGROUP_WARPS))
+        for g in range(1, len(values)):
+            if values[g] != values[0]:
+                value = bld.select(bld.icmp_unsigned("==", group, ir.Constant(I32, g)),
+                                   ir.Constant(I32, values[g]), value)
+    return value
 
 
 def _shared_a_rows(cg: KernelContext, xc, n_frags: int) -> list[tuple[int, ir.Value]]:
@@ -342,17 +349,8 @@ def _shared_a_rows(cg: KernelContext, xc, n_frags: int) -> list[tuple[int, ir.Va
                     f"as their rows {s}; warpgroup {g} holds fragment rows "
                     f"{[ranks[q][s] for q in range(WARPGROUP_WARPS)]}")
         firsts.append([ranks[0][s] for s in range(len(bases))])
-    bld = cg.b
-    group = bld.udiv(cg.tid, ir.Constant(I32, 32 * WARPGROUP_WARPS))
-    rows = []
-    for s, base in enumerate(bases):
-        row: ir.Value = ir.Constant(I32, 16 * firsts[0][s])
-        for g in range(1, len(firsts)):
-            if firsts[g][s] != firsts[0][s]:
-                row = bld.select(bld.icmp_unsigned("==", group, ir.Constant(I32, g)),
-                                 ir.Constant(I32, 16 * firsts[g][s]), row)
-        rows.append((base, row))
-    return rows
+    return [(base, _by_warpgroup(cg, [16 * first[s] for first in firsts]))
+            for s, base in enumerate(bases)]
 
 
 def _wgmma_asm(n: int, src: str, regs: int, shared_a: bool, kk: int) -> ir.InlineAsm:
