@@ -84,7 +84,7 @@ WGMMA_DTYPES = (parse("f16"), parse("bf16"))
 
 
 def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int,
-                  shared_a: bool = False
+                  shared_a: bool = False, interleaved: bool = False
                   ) -> tuple[RegisterLayout | None, RegisterLayout] | None:
     """The register layouts (a, c) of a `dot` whose b is a shared tile (wgmma), or None
     when they do not fit: the block's `W` warps (whole warpgroups) split the rows, each
@@ -97,14 +97,18 @@ def wgmma_layouts(m: int, n: int, k: int, dtype: DataType, num_threads: int,
     Row `s` of the 4 warps of a warpgroup is its `s`-th wgmma (backend/llvm/lowering/wgmma.py).
     With a shared a (`shared_a`: a is None) each wgmma reads 64 consecutive rows of a, so
     the warps' rows interleave instead: `c = local(m / 16W, 1) * spatial(W, 1) *
-    local(1, n / 8) * C` (warp `w`'s row `s` is fragment row `s W + w`).
+    local(1, n / 8) * C` (warp `w`'s row `s` is fragment row `s W + w`). So do they, and
+    a's likewise, with `interleaved` (a b of several matrices: each wgmma's 64 rows must
+    lie in one block of rows).
     """
     warps = num_threads // 32
     if dtype not in WGMMA_DTYPES or num_threads % 128 or m % (16 * warps) or n % 8 \
             or n > 256 or k % 16:
         return None
     rows = m // (16 * warps)
-    if shared_a:
-        return None, local(rows, 1) * spatial(warps, 1) * local(1, n // 8) * mma_m16n8k16_c()
+    if shared_a or interleaved:
+        c = local(rows, 1) * spatial(warps, 1) * local(1, n // 8) * mma_m16n8k16_c()
+        a = local(rows, 1) * spatial(warps, 1) * local(1, k // 16) * mma_m16n8k16_a()
+        return None if shared_a else a, c
     return (spatial(warps, 1) * local(rows, k // 16) * mma_m16n8k16_a(),
             spatial(warps, 1) * local(rows, n // 8) * mma_m16n8k16_c())

@@ -251,7 +251,8 @@ def _requests(insts: list[ins.Instruction], fixed: dict[str, RegisterLayout],
             if inst.b.space is MemorySpace.SHARED:  # wgmma: only a and c in registers
                 operands = (inst.a, inst.c)  # (a shared a: want() passes it over)
                 layouts = wgmma_layouts(m, n, k, inst.a.dtype, num_threads,
-                                        shared_a=inst.a.space is MemorySpace.SHARED)
+                                        shared_a=inst.a.space is MemorySpace.SHARED,
+                                        interleaved=inst.groups > 1)
             else:
                 operands = (inst.a, inst.b, inst.c)
                 layouts = dot_layouts(m, n, k, inst.a.dtype, num_threads)

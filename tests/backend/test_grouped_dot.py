@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import compile_once, ptxas_report
 
 from tilevm.ir.errors import VMError
 from tilevm.ir.verifier import verify
@@ -73,6 +73,15 @@ def test_each_warpgroup_reads_its_matrix():
     ptx = compile_once(program, "sm_90a").ptx
     assert ptx.count("wgmma.mma_async") == 4  # one warpgroup's 64 rows x 4 k-steps
     assert "8192;" in ptx  # (tid << 6) & 8192: warpgroup 1's matrix
+
+
+def test_inferred_layouts_keep_each_wgmma_in_one_block():
+    """Two 64-row wgmmas a warpgroup (256 rows, 8 warps, 4 matrices): the inferred layouts
+    interleave the warps' rows so that each wgmma's 64 rows are one block; ptxas accepts
+    the code."""
+    ptx = compile_once(grouped.specialize(groups=4, rows=256), "sm_90a").ptx
+    assert ptx.count("wgmma.mma_async") == 8  # two rows of wgmmas x 4 k-steps
+    ptxas_report(ptx, "sm_90a")
 
 
 def test_a_wgmma_whose_rows_span_two_matrices_is_refused():
