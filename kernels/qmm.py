@@ -250,9 +250,7 @@ def qmm_kernel(act: DataType | str = "f16") -> Kernel:
             parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
                                                tv.block_idx(2))
             if arrived == split_k - 1:
-                total = tv.zeros(acc_shape, tv.f32, layout=acc_layout)
-                for i in tv.range(0, split_k, unroll=2):
-                    total = total + partial_sums(parts, i, tile, acc)
+                total = parts_total(parts, split_k, tile, acc, unroll=2)
                 _store_y(y, total, act, swap_ab, M, N, n0, m0)
                 reset_count(counters, tiles, tile)
         else:
@@ -274,6 +272,16 @@ def park_partial_sums(ws, counters, acc, slots, tiles, tile, slot):
     tv.store_global(parts, tv.view(acc, tv.f32, [1, 1, *shape], order),
                     [slot, tile, 0, 0, 0])
     return parts, tv.atomic_add(tv.global_view(counters, [tiles]), [tile], 1)
+
+
+@tv.inline
+def parts_total(parts, count, tile, acc, unroll: int | None = None):
+    """The sum of the first `count` parts of `tile` (`park_partial_sums`), in part order
+    (the same sum whichever block adds them), as a tile like the accumulator `acc`."""
+    total = tv.zeros(list(acc.shape), tv.f32, layout=acc.layout)
+    for i in tv.range(0, count, unroll=unroll):
+        total = total + partial_sums(parts, i, tile, acc)
+    return total
 
 
 def partial_sums(parts, split, tile, acc):

@@ -34,7 +34,7 @@ from tilevm.kernels.qmm import (
     activation_type,
     fetch_ahead,
     park_partial_sums,
-    partial_sums,
+    parts_total,
     reset_count,
     shift_ahead,
 )
@@ -185,9 +185,7 @@ def qmm_streamk_kernel(act: DataType | str = "f16") -> Kernel:
                 parts, arrived = park_partial_sums(ws, counters, acc, slots, tiles, t,
                                                    me - first_owner)
                 if arrived == parts_n - 1:
-                    total = tv.zeros([bn, bm], tv.f32, layout=lay.acc)
-                    for i in tv.range(0, parts_n):
-                        total = total + partial_sums(parts, i, t, acc)
+                    total = parts_total(parts, parts_n, t, acc)
                     store_transposed(y, total, lay.acc, act, M, N, n0, m0, num_warps,
                                      wide=False)
                     reset_count(counters, tiles, t)

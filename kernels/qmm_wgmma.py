@@ -71,7 +71,7 @@ from tilevm.kernels.qmm import (
     activation_type,
     fetch_ahead,
     park_partial_sums,
-    partial_sums,
+    parts_total,
     reset_count,
     shift_ahead,
 )
@@ -371,7 +371,7 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
     the cluster barrier the first adds them to its own, in split order, and stores."""
     if split_cluster:
         part = tv.alloc_shared(tv.f32, [bn, bm])
-        split = tv.block_idx(0) % split_k
+        split = split_slot(split_k, split_cluster)
         if split != 0:
             tv.store_shared(part, acc)
         tv.cluster_sync()
@@ -387,11 +387,9 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
         tiles = tiles_n * tv.cdiv(M, bm)
         tile = m0 // bm * tiles_n + n_tile
         parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
-                                           tv.block_idx(2))
+                                           split_slot(split_k, split_cluster))
         if arrived == split_k - 1:
-            total = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-            for i in tv.range(0, split_k):
-                total = total + partial_sums(parts, i, tile, acc)
+            total = parts_total(parts, split_k, tile, acc)
             store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
                              buffers, wide_stores)
             reset_count(counters, tiles, tile)
