@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tilevm.backend import ptxas
 from tilevm.backend.launch import launch_program
@@ -138,3 +139,12 @@ def qmm_tolerance(x: np.ndarray, qw: Any, ref: np.ndarray) -> float:
     K = qw.shape[0]
     w_max = float(np.abs(qw.dequantize()).max())
     return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6
+
+
+def require_sm90(what: str) -> None:
+    """Skip a GPU test whose code needs an sm_90 GPU (wgmma, TMA, clusters) on any other
+    (`what` names it in the reason)."""
+    from tilevm.backend.cuda import driver
+
+    if driver.device_arch() != "sm_90":
+        pytest.skip(f"needs an sm_90 GPU ({what})")

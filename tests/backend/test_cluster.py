@@ -10,11 +10,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import compile_once, require_sm90
 
 from tilevm.backend.analysis.signature import signature_from_program
 from tilevm.backend.analysis.tma import multicast_refill_bound, tensor_maps, tma_ring
-from tilevm.backend.cuda import driver
 from tilevm.backend.cuda.errors import ArgumentValueError
 from tilevm.backend.cuda.validate import grid_for
 from tilevm.backend.launch import launch_program
@@ -225,8 +224,7 @@ def test_the_launch_refuses_a_grid_that_is_not_whole_clusters():
 @pytest.mark.gpu
 def test_gpu_clusters_share_x_and_match_float64():
 
-    if driver.device_arch() != "sm_90":
-        pytest.skip("clusters and TMA multicast need an sm_90 GPU")
+    require_sm90("clusters and TMA multicast")
     rng = np.random.default_rng(3)
     x = rng.standard_normal((128, 64)).astype(np.float16)
     for blocks in (2, 4, 8):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_harness import compile_once, ptxas_report
+from kernel_harness import compile_once, ptxas_report, require_sm90
 
 from tilevm.ir.errors import VMError
 from tilevm.ir.verifier import verify
@@ -96,10 +96,8 @@ def test_a_wgmma_whose_rows_span_two_matrices_is_refused():
 @pytest.mark.gpu
 @pytest.mark.parametrize("groups, rows", [(2, 128), (4, 256)])
 def test_gpu_each_block_of_rows_is_multiplied_by_its_matrix(groups, rows):
-    from tilevm.backend.cuda import driver
     from tilevm.backend.launch import launch_program
-    if driver.device_arch() != "sm_90":
-        pytest.skip("wgmma needs an sm_90 GPU")
+    require_sm90("wgmma's grouped b")
     a, b, want = _problem(groups, rows, seed=groups)
     y = np.zeros((rows, 64), np.float32)
     launch_program(grouped.specialize(groups=groups, rows=rows), [a, b, y])

@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import compile_once, require_sm90
 
 from tilevm.backend import pipeline
-from tilevm.backend.cuda import driver
 from tilevm.backend.launch import launch_program
 from tilevm.backend.passes.context import PassContext
 from tilevm.backend.passes.split_producer_warp import accesses, split_producer_warp
@@ -258,16 +257,10 @@ def test_what_a_sync_may_order():
     assert {k for _, k in kinds["load_shared"]} == {"read"}
 
 
-def _on_hopper() -> None:
-
-    if driver.device_arch() != "sm_90":
-        pytest.skip("TMA copies and wgmma need an sm_90 GPU")
-
-
 @pytest.mark.gpu
 def test_gpu_producer_warp_matches_the_interpreter_and_float64():
 
-    _on_hopper()
+    require_sm90("TMA copies and wgmma")
     rng = np.random.default_rng(2)
     x = rng.standard_normal((200, 256)).astype(np.float16)
     for registers, reuse in ((None, ""), (40, ""), (None, "after_copies")):

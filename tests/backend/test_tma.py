@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from kernel_harness import PROGRAMS, load_module
+from kernel_harness import PROGRAMS, load_module, require_sm90
 
 from tilevm.backend.analysis.signature import Signature, TensorMapSpec, signature_from_program
 from tilevm.backend.analysis.tma import tensor_maps, tma_ring_bound
@@ -186,8 +186,7 @@ def test_tma_copies_match_the_interpreter(M, N, stages, bn):
     from kernel_harness import run_both
 
 
-    if driver.device_arch() != "sm_90":
-        pytest.skip("TMA needs sm_90a (Hopper)")
+    require_sm90("TMA")
     rng = np.random.default_rng(M * N)
     x = rng.standard_normal((M, N)).astype(np.float16)
     y = np.full((M, N), np.nan, np.float16)

@@ -10,10 +10,9 @@ import re
 
 import numpy as np
 import pytest
-from kernel_harness import PROGRAMS, compile_once, load_module
+from kernel_harness import PROGRAMS, compile_once, load_module, require_sm90
 
 from tilevm.backend.analysis.wgmma_waits import analyze
-from tilevm.backend.cuda import driver
 from tilevm.backend.launch import launch_program
 from tilevm.backend.pipeline import run_passes, shared_plan
 from tilevm.backend.ptxas import check_ptx
@@ -353,8 +352,7 @@ def test_gpu_matches_numpy(name, kw):
     across a barrier (`wait_group 1` or `2`) read their tiles before the copies refill
     them."""
 
-    if driver.device_arch() != "sm_90":
-        pytest.skip("wgmma runs on sm_90 GPUs only")
+    require_sm90("wgmma")
     kernel = getattr(k, name).specialize(**kw)
     longer = (64, 64, 1088) if name == "ring_matmul" else (64, 64, 64)
     for M, N, K in ((100, 200, 192), longer, (1, 8, 320)):

@@ -26,6 +26,7 @@ from kernel_harness import (
     ptxas_report,
     qmm_problem,
     qmm_tolerance,
+    require_sm90,
 )
 
 from tilevm import dtypes
@@ -522,14 +523,6 @@ def test_gpu_every_weight_type_matches_float64(wdtype, act):
     _gpu_case(wdtype, act, 130, 200, 1024, g, False)  # the staged kernel (M >= 128)
 
 
-def _skip_unless_hopper() -> None:
-    """Skip a GPU test of the wgmma kernels on a GPU without sm_90a."""
-    import torch
-
-    from tilevm.kernels.matmul import is_hopper
-
-    if not is_hopper(torch.device("cuda")):
-        pytest.skip("the wgmma kernels run on sm_90 GPUs only")
 
 
 @pytest.mark.gpu
@@ -555,7 +548,7 @@ def _skip_unless_hopper() -> None:
                                      producer=136), dequant_schedule()])
 def test_gpu_schedules_and_zero_points(s):
     if s.wgmma:
-        _skip_unless_hopper()
+        require_sm90("the wgmma kernels")
     _gpu_case("uint4", "f16", 33, 4104 if s.bm == 16 else 96, 4096, 128, True, s)
     _gpu_case("int3", "bf16", 5, 96, 4096, 128, False, s)
 
@@ -572,7 +565,7 @@ def test_gpu_half_atoms(wdtype, act, zeros):
     """The wgmma kernel with half atoms (codes of an even width), its tuned tiling and a
     small one with 32-row k-tiles: ragged M and N (a last column tile of 8), K past whole
     iterations."""
-    _skip_unless_hopper()
+    require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 300, 264, 1088, 64, zeros,
               wgmma(256, 8, 4, 64, lead=2, prefetch=2, half_atoms=True))
     _gpu_case(wdtype, act, 520, 200, 4224, 128, zeros,
@@ -602,13 +595,14 @@ def test_gpu_half_atoms(wdtype, act, zeros):
 def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
     (16.5 of 256 rows); the second call finds the tile counters back at zero."""
-    _skip_unless_hopper()
+    require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("wdtype, act, zeros, s", [
+    # two warpgroups on the two k-tiles of each pair of one tile (pair_k; pairs past K)
     ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                  pair_k=True)),
     ("uint4", "bf16", True, wgmma(32, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
@@ -618,17 +612,9 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("int8", "bf16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                   pair_k=True)),
     ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
-                                 pair_k=True, split_k=2))])
-def test_gpu_wgmma_pair_k(wdtype, act, zeros, s):
-    """Two warpgroups on the two k-tiles of each pair of one tile: ragged M and N, K past
-    whole iterations (16.5 of 256 rows: pairs past K), repeated calls bitwise equal."""
-    _skip_unless_hopper()
-    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
-    _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("wdtype, act, zeros, s", [
+                                 pair_k=True, split_k=2)),
+    # a tile's K splits as one cluster adding their parts through distributed shared
+    # memory (split_cluster; the last split short)
     ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=2,
                                  split_cluster=True)),
     ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
@@ -637,11 +623,11 @@ def test_gpu_wgmma_pair_k(wdtype, act, zeros, s):
                                  split_cluster=True)),
     ("f6e3m2", "bf16", False, wgmma(128, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                     split_k=2, split_cluster=True))])
-def test_gpu_wgmma_split_cluster(wdtype, act, zeros, s):
-    """A tile's K splits as one cluster adding their parts through distributed shared
-    memory: ragged M and N, K past whole iterations (16.5 of 256 rows, the last split's
-    short); repeated calls bitwise equal (the parts are added in split order)."""
-    _skip_unless_hopper()
+def test_gpu_wgmma_k_inside_a_block_or_a_cluster(wdtype, act, zeros, s):
+    """K shared out inside a block (pair_k) or a cluster (split_cluster): ragged M and N,
+    K past whole iterations (16.5 of 256 rows); repeated calls bitwise equal (the parts
+    are added in order)."""
+    require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
 
@@ -660,7 +646,7 @@ def test_gpu_wgmma_stream_k(wdtype, act, zeros, s):
     """The stream-K kernel: ragged M and N, K past whole units (16.5 of 256 rows), tiles
     shared by two or three blocks; repeated calls bitwise equal (the parts are added in
     order) with the tile counters back at zero."""
-    _skip_unless_hopper()
+    require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 4104, 4096, 128, zeros, s)
 
@@ -701,7 +687,7 @@ def test_gpu_any_n_and_three_groups_of_k(wdtype, act, zeros, g, s):
     M = 1, 16, 64, for every kernel family the tuner can pick, each with the schedule its
     candidates give."""
     if s.wgmma:
-        _skip_unless_hopper()
+        require_sm90("the wgmma kernels")
     for N in ACCEPTANCE_N:
         for M in (1, 16, 64):
             _gpu_case(wdtype, act, M, N, 3 * g, g, zeros, s)
@@ -711,7 +697,7 @@ def test_gpu_any_n_and_three_groups_of_k(wdtype, act, zeros, g, s):
 def test_gpu_dequant_pair():
     """The dequantize-then-multiply pair with 32-row groups (its dequantization's 32-row
     k-tiles) and K past whole iterations of the matmul's loop (the copies read zeros)."""
-    _skip_unless_hopper()
+    require_sm90("the wgmma kernels")
     _gpu_case("f6e3m2", "f16", 300, 200, 1088, 32, False, dequant_schedule())
     _gpu_case("int8", "bf16", 257, 136, 1024, 64, False, dequant_schedule())
 

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from kernel_harness import compile_once
+from kernel_harness import compile_once, require_sm90
 
 from tilevm.backend.analysis.shared_memory import shared_plan
 from tilevm.ir import instructions as ins
@@ -240,10 +240,8 @@ def _line(kernel, text: str) -> int:
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [2, 4, 8])
 def test_gpu_a_cluster_adds_its_blocks_parts(blocks):
-    from tilevm.backend.cuda import driver
     from tilevm.backend.launch import launch_program
-    if driver.device_arch() != "sm_90":
-        pytest.skip("clusters need an sm_90 GPU")
+    require_sm90("clusters")
     rng = np.random.default_rng(blocks)
     G, rows = 66 * blocks, 64
     x = rng.standard_normal((G * rows, 32)).astype(np.float32)
