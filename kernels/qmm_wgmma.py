@@ -62,6 +62,7 @@ the group size: a k-tile never straddles two scale groups.
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
 # (`tv.ptr(act)`) must be evaluated where they are written, inside the factory.
+import math
 from functools import cache
 from typing import NamedTuple
 
@@ -304,23 +305,13 @@ def paired_views(w, x, M, N, K, bk: int, lay: WgmmaLayouts):
     inside K or past it, which the shortened extents mask."""
     Np = tv.cdiv(N, ATOM) * ATOM
     lane = lay.lane_run
-    run = 1
-    for n in lane:
-        run *= n
+    run = math.prod(lane)  # a lane's bytes of a 32-row piece
     piece = Np // ATOM * 32 * run  # bytes between 32-row pieces of K
     gw = tv.global_view(w, [K // ATOM - bk // ATOM, 2, Np // ATOM, 32, *lane],
                         strides=[piece, bk // ATOM * piece, 32 * run, run,
-                                 *_row_major(lane)])
+                                 *(math.prod(lane[i + 1:]) for i in range(len(lane)))])
     gxt = tv.global_view(x, [2, K - bk, M], strides=[bk, 1, K])
     return gw, gxt
-
-
-def _row_major(shape: tuple[int, ...]) -> list[int]:
-    strides, n = [], 1
-    for extent in reversed(shape):
-        strides.insert(0, n)
-        n *= extent
-    return strides
 
 
 def codes_as(packed, wdtype: DataType, act: DataType, lay: WgmmaLayouts):

@@ -44,7 +44,7 @@ weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import NamedTuple
 
 from tilevm.tune.space import Knob, Space
@@ -140,22 +140,23 @@ class Schedule:
         if self.stream_k:  # (`kernels.qmm_streamk`: `lead` 0 is its stages - 1)
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead or self.stages - 1,
-                        prefetch=self.prefetch) | ({"half_atoms": True} if self.half_atoms
-                                                   else {})
-        if self.wgmma:
-            table = dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
-                         stages=self.stages, lead=self.lead, prefetch=self.prefetch)
-            return table | ({"producer": self.producer} if self.producer else {}) \
-                | ({"half_atoms": True} if self.half_atoms else {}) \
-                | ({"split_k": self.split_k} if self.split_k > 1 else {}) \
-                | ({"split_cluster": True} if self.split_cluster else {}) \
-                | ({"pair_k": True} if self.pair_k else {})
+                        prefetch=self.prefetch) | self._changed("half_atoms")
+        if self.wgmma:  # (its options passed where they are not their defaults)
+            return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
+                        stages=self.stages, lead=self.lead, prefetch=self.prefetch) \
+                | self._changed("producer", "half_atoms", "split_k", "split_cluster",
+                                "pair_k")
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
                      "dequant", "producer", "half_atoms", "stream_k", "split_cluster",
                      "pair_k"):
             del table[name]
         return table
+
+    def _changed(self, *names: str) -> dict[str, int | bool]:
+        """The fields `names` whose values differ from their defaults."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in names and getattr(self, f.name) != f.default}
 
     def fits(self, K: int, group_size: int) -> bool:
         """Whether the kernel's requirements hold for this K and group size."""
