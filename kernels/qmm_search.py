@@ -1,5 +1,5 @@
 """The searches past the grid for the quantized matmul: level 1, its schedule space
-(`schedule.schedule_space`) annealed on the GPU (`tune.anneal`) from a given schedule
+(`schedule_space`) annealed on the GPU (`tune.anneal`) from a given schedule
 (the grid's best, or the cost model's); and `tune_problem`, levels 1 and 2 in turn with
 the winner's final checks.
 
@@ -41,27 +41,72 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm_problem import QmmProblem
-from tilevm.kernels.schedule import Schedule, candidates, schedule_point, schedule_space
+from tilevm.kernels.schedule import Schedule, candidates
 from tilevm.kernels.weight_format import code_type
 from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.control_search import ControlSearch, search_controls
 from tilevm.tune.order_search import OrderSearch, search_order
 from tilevm.tune.runner import Candidate, Runner
+from tilevm.tune.space import Knob, Space
 from tilevm.tune.verify import SAMPLES, SampleCheck, Sanitized, check_samples, sanitize
 
-__all__ = ["ScheduleSearch", "search_schedule", "TunedKernel", "Tuned", "tune_problem",
-           "grid_schedule"]
+__all__ = ["schedule_space", "schedule_point", "ScheduleSearch", "search_schedule",
+           "TunedKernel", "Tuned", "tune_problem", "grid_schedule"]
 
 SPREAD_RUNS = 3
 ROUNDS = 5
 # the budget's shares of the searches of levels 1, 2 (and 3); the rest is the timing
 # around them. Indexed by whether level 3 runs.
 LEVEL_SHARES = {False: (0.45, 0.35, 0.0), True: (0.3, 0.25, 0.25)}
+
+
+# ---- the space as knobs (level 1 of `tilevm.tune`'s search) ------------------------------
+
+KNOBS = (
+    Knob("bm", (8, 16, 32, 64, 128, 256)), Knob("bk", (32, 64)),
+    Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 3, 4, 6, 8, 16)),
+    Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4)),
+    Knob("swap_ab", (False, True)), Knob("staged", (False, True)),
+    Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),
+    Knob("wgmma", (False, True)), Knob("lead", (0, 1, 2, 3, 4)),
+    Knob("shared_weights", (False, True)), Knob("half_atoms", (False, True)),
+    Knob("pair_k", (False, True)),
+)
+
+
+def schedule_space(K: int, group_size: int, *, hopper: bool = False,
+                   bits: int | None = None) -> Space[Schedule]:
+    """The quantized matmul's schedules as knobs (`tune.space`): every field of
+    `Schedule` but the dequantize-then-multiply pair (two launches), the converting
+    producer, stream-K and split_cluster (measured slower). A combination is a candidate
+    where `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the wgmma
+    kernels) and the weight width (`bits`: half atoms need an even one). Every schedule
+    of `candidates` is a point."""
+    def make(values: Mapping[str, object]) -> Schedule | None:
+        try:
+            s = Schedule(**values)  # type: ignore[arg-type]
+        except ValueError:
+            return None
+        if s.wgmma and not hopper or s.half_atoms and bits is not None and bits % 2:
+            return None
+        return s if s.fits(K, group_size) else None
+    return Space(KNOBS, make)
+
+
+def schedule_point(space: Space[Schedule], s: Schedule) -> tuple[object, ...]:
+    """`s` as a point of `space` (`schedule_space`); a `ValueError` for a schedule the
+    space does not hold (the dequantize-then-multiply pair, or one that does not fit)."""
+    fields = asdict(s)
+    point = space.start({knob.name: fields[knob.name] for knob in space.knobs})
+    if space.candidate(point) != s:
+        raise ValueError(f"{s} is not a point of this schedule space (no dequant, no "
+                         f"producer; it must fit the problem and the GPU)")
+    return point
 
 
 @dataclass(frozen=True)

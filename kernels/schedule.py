@@ -43,18 +43,15 @@ weights ahead; the staged kernel from `STAGED_FROM` rows on, or on Hopper
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import NamedTuple
-
-from tilevm.tune.space import Knob, Space
 
 SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target)
 # The version of the schedule space, part of the tuning table's keys: bumped whenever the
 # candidates change (or a change to the kernels moves their times), so that problems tuned
 # over an older space are tuned again instead of keeping a winner among fewer (or other)
 # kernels.
-SPACE_VERSION = 13
+SPACE_VERSION = 14
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -257,14 +254,17 @@ class WgmmaTile(NamedTuple):
 
 class MiddleTile(NamedTuple):
     """A tiling of the register-A wgmma kernel between decode and prefill, with the K
-    splits timed for it (4 stages, x two k-tiles ahead, the codes two, or four where
-    `deep` and they are at most `DEEP_PREFETCH_BITS` wide)."""
+    splits timed for it (x `stages // 2` k-tiles ahead, the codes two, or four where
+    `deep` and they are at most `DEEP_PREFETCH_BITS` wide; `pair_k`: its two warpgroups
+    on the two k-tiles of each pair)."""
 
     bm: int
     num_warps: int
     half_atoms: bool
     splits: tuple[int, ...]
     deep: bool = False
+    pair_k: bool = False
+    stages: int = 4
 
 
 class MiddleRows(NamedTuple):
@@ -330,16 +330,16 @@ WGMMA_HALF_ATOM_TILES = (WgmmaTile(bm=256, num_warps=8, stages=4, lead=2, prefet
 HALF_ATOM_BITS = (6, 8)
 # Between decode and prefill (33..256 rows) on Hopper, the register-A wgmma kernel with K
 # split, by row range: on layers with few column tiles (down, o) one row tile is too few
-# blocks for the GPU. Half atoms for even widths only: one warpgroup of them (64 columns a
-# block) beat 8 warps, but for 64 x 128 unsplit up to 64 rows (a pick on some wide
-# layers) and 256 x 128 split in two at 256 rows (with 128 x 128 of whole atoms split in
-# two: picks on the widest down layer). At 256 rows the prefill tilings without a split,
-# timed beside these, stay ahead on the widest layers.
+# blocks. Half atoms (even widths): one warpgroup (64 columns a block) beat 8 warps but
+# for 64 x 128 unsplit up to 64 rows and 256 x 128 split in two at 256 rows (with 128 x
+# 128 of whole atoms split in two: the widest down layer's picks); from 65 rows two
+# warpgroups on the k-tile pairs of one 128 x 64 tile (`pair_k`, 4 or 2 stages: 8B o and
+# down, 70B o). The prefill tilings, timed beside, stay ahead on the widest layers.
 # Up to 64 rows a split in three too: with 96 column tiles (8B qkv) or 80 (70B qkv) it
 # lays 2-3 blocks on every SM where two splits leave a third of them with one.
-# Half atoms of 64 and 128 rows keep the codes four k-tiles ahead (`deep`) for widths up
-# to `DEEP_PREFETCH_BITS`: more weight bytes in flight for a block that has one warp a
-# scheduler; for 8-bit codes the registers it takes cost more blocks than it gains.
+# Half atoms of 64 and 128 rows keep the codes four k-tiles ahead (`deep`) up to
+# `DEEP_PREFETCH_BITS`: more weight bytes in flight for a block of one warp a scheduler;
+# for 8-bit codes the registers it takes cost more blocks than it gains.
 DEEP_PREFETCH_BITS = 6
 MIDDLE_TILES = (
     MiddleRows(rows=64, tiles=(
@@ -352,7 +352,10 @@ MIDDLE_TILES = (
         MiddleTile(bm=128, num_warps=4, half_atoms=True, splits=(1, 2, 4, 8), deep=True),
         MiddleTile(bm=128, num_warps=4, half_atoms=False, splits=(2,)),
         MiddleTile(bm=256, num_warps=4, half_atoms=True, splits=(1, 2)),
-        MiddleTile(bm=256, num_warps=8, half_atoms=True, splits=(2,)))),
+        MiddleTile(bm=256, num_warps=8, half_atoms=True, splits=(2,)),
+        MiddleTile(bm=128, num_warps=8, half_atoms=True, splits=(1,), deep=True, pair_k=True),
+        MiddleTile(bm=128, num_warps=8, half_atoms=True, splits=(1,), deep=True, pair_k=True,
+                   stages=2))),
 )
 # The dequantize-then-multiply pair's matmul tiling: the shared-weights kernel's. Timed
 # beside it where the workspace, W^T in f16/bf16, takes at most
@@ -409,9 +412,9 @@ def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
     for even widths only), with their K splits."""
     table = next((m.tiles for m in MIDDLE_TILES if M <= m.rows), ())
     narrow = bits is not None and bits <= DEEP_PREFETCH_BITS
-    return [wgmma(t.bm, t.num_warps, 4, group_size, lead=2,
+    return [wgmma(t.bm, t.num_warps, t.stages, group_size, lead=t.stages // 2,
                   prefetch=4 if t.deep and narrow else 2, half_atoms=t.half_atoms,
-                  split_k=split)
+                  split_k=split, pair_k=t.pair_k)
             for t in table if not t.half_atoms or (bits or 1) % 2 == 0
             for split in t.splits]
 
@@ -554,47 +557,3 @@ def default_schedule(M: int, N: int, K: int, group_size: int,
             Schedule(bm, bk, warps, split * 2, x_shared, swap_ab=swap_ab).fits(K, group_size):
         split *= 2
     return Schedule(bm, bk, warps, split, x_shared, swap_ab=swap_ab)
-
-
-# ---- the space as knobs (level 1 of `tilevm.tune`'s search) ------------------------------
-
-KNOBS = (
-    Knob("bm", (8, 16, 32, 64, 128, 256)), Knob("bk", (32, 64)),
-    Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 3, 4, 6, 8, 16)),
-    Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4)),
-    Knob("swap_ab", (False, True)), Knob("staged", (False, True)),
-    Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),
-    Knob("wgmma", (False, True)), Knob("lead", (0, 1, 2, 3, 4)),
-    Knob("shared_weights", (False, True)), Knob("half_atoms", (False, True)),
-)
-
-
-def schedule_space(K: int, group_size: int, *, hopper: bool = False,
-                   bits: int | None = None) -> Space[Schedule]:
-    """The quantized matmul's schedules as knobs (`tune.space`): every field of
-    `Schedule` but the dequantize-then-multiply pair (two launches), the converting
-    producer, stream-K, split_cluster (measured slower) and pair_k (not yet measured).
-    A combination is a candidate where
-    `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the wgmma
-    kernels) and the weight width (`bits`: half atoms need an even one). Every schedule
-    of `candidates` is a point."""
-    def make(values: Mapping[str, object]) -> Schedule | None:
-        try:
-            s = Schedule(**values)  # type: ignore[arg-type]
-        except ValueError:
-            return None
-        if s.wgmma and not hopper or s.half_atoms and bits is not None and bits % 2:
-            return None
-        return s if s.fits(K, group_size) else None
-    return Space(KNOBS, make)
-
-
-def schedule_point(space: Space[Schedule], s: Schedule) -> tuple[object, ...]:
-    """`s` as a point of `space` (`schedule_space`); a `ValueError` for a schedule the
-    space does not hold (the dequantize-then-multiply pair, or one that does not fit)."""
-    fields = asdict(s)
-    point = space.start({knob.name: fields[knob.name] for knob in space.knobs})
-    if space.candidate(point) != s:
-        raise ValueError(f"{s} is not a point of this schedule space (no dequant, no "
-                         f"producer; it must fit the problem and the GPU)")
-    return point

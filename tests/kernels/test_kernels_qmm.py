@@ -899,7 +899,7 @@ def test_wgmma_schedules():
 def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     """33..256 rows on Hopper: the register-A wgmma kernel with K split (`MIDDLE_TILES`:
     half atoms for even widths, in three too up to 64 rows, tiles of more than 64 rows
-    from 65 rows), beside the
+    and k-tile pairs from 65 rows), beside the
     streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
     elsewhere no wgmma kernel splits K."""
     for bits, tilings in ((4, 2), (3, 1)):
@@ -912,7 +912,12 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
         assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
         assert len(found) <= 21
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
-    assert all(s.wgmma for s in found) and len(found) <= 20
+    assert all(s.wgmma for s in found) and len(found) <= 22
+    # from 65 rows two warpgroups on the k-tile pairs of 128 x 64 tiles, 4 or 2 stages
+    assert {(s.bm, s.stages, s.lead, s.split_k) for s in found if s.pair_k} == \
+        {(128, 4, 2, 1), (128, 2, 1, 1)}
+    assert not any(s.pair_k for s in candidates(64, 4096, 14336, 128, hopper=True, bits=4))
+    assert not any(s.pair_k for s in candidates(256, 4096, 14336, 128, hopper=True, bits=3))
     assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
     assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
                                                                       (64, True), (128, True)}
@@ -928,14 +933,15 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
 
 
 def test_between_decode_and_prefill_narrow_half_atoms_keep_codes_four_k_tiles_ahead():
-    """One warpgroup of half atoms of 64 and 128 rows keeps the codes four k-tiles ahead
-    for widths up to 6 bits, two for 8 bits; the other tilings two; every one fits."""
+    """One warpgroup of half atoms of 64 and 128 rows (or two on k-tile pairs) keeps the
+    codes four k-tiles ahead for widths up to 6 bits, two for 8 bits; the other tilings
+    two; every one fits."""
     for bits in (2, 4, 6, 8):
         for M in (64, 256):
             found = middle_tiles(M, 128, bits)
             deep = {s for s in found if s.prefetch == 4}
-            assert deep == {s for s in found if s.half_atoms and s.num_warps == 4
-                            and s.bm <= 128 and bits <= 6}
+            assert deep == {s for s in found if s.half_atoms and bits <= 6 and s.bm <= 128
+                            and (s.num_warps == 4 or s.pair_k)}
             assert all(s.prefetch == 2 for s in found if s not in deep)
             assert deep <= set(candidates(M, 4096, 14336, 128, hopper=True, bits=bits))
             assert all(s.fits(14336, 128) for s in found)

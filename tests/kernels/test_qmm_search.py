@@ -11,7 +11,8 @@ import pytest
 
 from tilevm.ir.printer import format_program
 from tilevm.kernels import qmm_search
-from tilevm.kernels.schedule import candidates, schedule_space
+from tilevm.kernels.qmm_search import schedule_space
+from tilevm.kernels.schedule import candidates
 from tilevm.tune.runner import Outcome
 
 

@@ -1,4 +1,4 @@
-"""The quantized matmul's schedule space as knobs (kernels.schedule.schedule_space) and
+"""The quantized matmul's schedule space as knobs (kernels.qmm_search.schedule_space) and
 tune.space's moves over it."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from tilevm.kernels.schedule import Schedule, candidates, schedule_point, schedule_space
+from tilevm.kernels.qmm_search import schedule_point, schedule_space
+from tilevm.kernels.schedule import Schedule, candidates
 from tilevm.tune.space import Knob, Space
 
 PROBLEMS = [(1, 12288, 4096), (16, 4096, 14336), (64, 28672, 4096), (256, 57344, 8192),
