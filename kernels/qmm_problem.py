@@ -135,7 +135,8 @@ class QmmProblem:
         N = w.shape[1]
         # A set of more than CHECKED_PER_SET outputs is checked on a random subset of
         # its columns (every row): the float64 product of a prefill set costs TFLOPs
-        columns = np.arange(N)
+        # (all columns as a slice: indexing them would copy W in float64 twice a set)
+        columns: slice | np.ndarray = slice(None)
         if M * N > CHECKED_PER_SET:
             pick = np.random.default_rng([M, N, int(x.view(np.uint16)[0, 0])])
             columns = np.sort(pick.choice(N, max(1, CHECKED_PER_SET // M), replace=False))
@@ -147,8 +148,9 @@ class QmmProblem:
         bad = ~(error <= bound)  # (a NaN fails too)
         if bad.any():
             m, n = np.argwhere(bad)[0]
+            column = np.arange(N)[columns][n]
             return y.size, (f"{int(bad.sum())} of {y.size} outputs outside the bound, the "
-                            f"first y[{m}, {columns[n]}] = {y[m, n]!r} against "
+                            f"first y[{m}, {column}] = {y[m, n]!r} against "
                             f"{ref[m, n]!r} (bound {bound[m, n]:.3g})")
         return y.size, None
 
