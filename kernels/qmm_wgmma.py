@@ -379,10 +379,14 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
         tile = m0 // bm * tiles_n + n_tile
         parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
                                            split_slot(split_k, split_cluster))
+        if wide_stores:  # the buffers freed behind a barrier every thread reaches: the
+            for buf in buffers:  # last block's tile of y may then take their bytes (a
+                tv.free_shared(buf)  # barrier in the branch below frees none for the
+            tv.sync()  # shared-memory plan, which cannot know that it is taken)
         if arrived == split_k - 1:
             total = parts_total(parts, split_k, tile, acc)
-            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
-                             buffers, wide_stores)
+            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps, (),
+                             wide_stores)
             reset_count(counters, tiles, tile)
     else:
         store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,

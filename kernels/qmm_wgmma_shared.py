@@ -31,6 +31,10 @@ cuBLAS's speed). Here:
   `lead <= stages - 2` (the wait analysis keeps the previous k-tile's group in flight
   across the barrier then; with less room it waits, still correct);
 - blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`);
+- with `split_k` a tile's K is split as in `kernels.qmm_wgmma` (whole loop iterations a
+  block, `split_range`; the partial sums parked in the workspace and added by the tile's
+  last block, `store_output`): a layer of few 256 x 128 tiles (8B down: 32) fills the
+  GPU's SMs;
 - with `producer=R` a converting producer warpgroup (`tv.producer_warp(registers=R,
   converts=True)`) converts the weights instead, `stages - 1` k-tiles ahead, its scales
   read from global memory with the codes; the 8 warps only wait and multiply. It is
@@ -49,7 +53,13 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type, fetch_ahead, shift_ahead
-from tilevm.kernels.qmm_wgmma import block_tile, copy_scales, store_transposed
+from tilevm.kernels.qmm_wgmma import (
+    block_tile,
+    copy_scales,
+    split_range,
+    split_slot,
+    store_output,
+)
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
@@ -67,12 +77,13 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
     @tv.kernel(num_warps=8)
     def qmm_wgmma_shared(x: tv.ptr(act, const=True), w: tv.ptr(tv.uint8, const=True),
                          scales: tv.ptr(act, const=True), zeros: tv.ptr(act, const=True),
-                         y: tv.ptr(act), M: tv.int32, N: tv.int32, K: tv.int32,
+                         y: tv.ptr(act), ws: tv.ptr(tv.f32), counters: tv.ptr(tv.int32),
+                         M: tv.int32, N: tv.int32, K: tv.int32,
                          *, wdtype: DataType = tv.int4, group_size: int = 128,
                          has_zeros: bool = False, bm: int = 256, bk: int = 64,
                          num_warps: int = 8, stages: int = 4, lead: int = 2,
                          group_m: int = 8, prefetch: int = 1,
-                         wide_stores: bool = False, producer: int = 0):
+                         wide_stores: bool = False, producer: int = 0, split_k: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -92,11 +103,22 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          f"stages={stages} (3..6) and lead={lead} (1..stages-2)")
         tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
         tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+        chunk = stages * bk  # rows of K per iteration of the main loop
+        tv.static_assert(split_k == 1 or (chunk % group_size == 0 and not producer),
+                         f"split_k={split_k} splits K into whole iterations of {chunk} rows "
+                         f"(stages * bk), which must be whole groups of {group_size}, "
+                         f"without a converting producer")
         if producer:  # warps of their own convert (`tv.producer_warp`); the scales
             # then come from global memory (the producer waits for no copy)
             tv.producer_warp(registers=producer, converts=True)
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                     group_size, group_m)
+                                                     group_size, group_m, split_k=split_k)
+        # With split_k, split z takes its `split_range` of K: every k below is of the
+        # split's rows, offset by `k_begin` where memory is read.
+        k_begin, k_len = 0, K
+        if split_k > 1:
+            k_begin, k_end = split_range(split_slot(split_k, False), K, chunk, split_k)
+            k_len = k_end - k_begin
 
         # Warp (h, j): atom j's codes for rows 32 h.. of the k-tile, as loaded (16 bytes
         # a lane for int4), and as f16 in the same threads with the locals in order
@@ -119,12 +141,12 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         acc_layout = local(max(1, bn // (16 * num_warps)), 1) * \
             spatial(num_warps, 1) * local(1, bm // 8) * mma_m16n8k16_c()
 
-        codes_at = lambda k: tv.load_global(gw, [k // ATOM, n_tile * atoms, 0, 0],  # noqa: E731
-                                            tile, layout=byte_layout)
+        codes_at = lambda k: tv.load_global(  # noqa: E731
+            gw, [(k_begin + k) // ATOM, n_tile * atoms, 0, 0], tile, layout=byte_layout)
         xs = [tv.alloc_shared(act, [bk, bm], layout=swizzled([bm, bk], act).permute((1, 0)))
               for _ in range(stages)]
-        ws = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
-              for _ in range(stages)]
+        wbufs = [tv.alloc_shared(act, [bn, bk], layout=swizzled([bn, bk], act))
+                 for _ in range(stages)]
         ss = [] if producer else [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)]
         zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] \
             if has_zeros and not producer else None
@@ -132,16 +154,17 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         # `ss` (`zs`), or with a converting producer read from global memory by it.
         sources = (ss, zs)
         group_at = lambda view, k: tv.load_global(  # noqa: E731
-            view, [n0, k // group_size], [bn, 1], layout=scale_layout)
+            view, [n0, (k_begin + k) // group_size], [bn, 1], layout=scale_layout)
         layouts = (code_layout, weight_layout, scale_layout)
         # Copy group j: x of k-tile j and the scales (zeros) of k-tile j + 1, which the
         # conversion reads a k-tile ahead of the multiplication.
         if not producer:
-            copy_scales(ss, zs, 0, gs, gz, n0, 0, group_size)
+            copy_scales(ss, zs, 0, gs, gz, n0, k_begin, group_size)
         for first in range(lead):
-            tv.copy_async(xs[first], gxt, [first * bk, m0])
+            tv.copy_async(xs[first], gxt, [k_begin + first * bk, m0])
             if not producer:
-                copy_scales(ss, zs, first + 1, gs, gz, n0, (first + 1) * bk, group_size)
+                copy_scales(ss, zs, first + 1, gs, gz, n0, k_begin + (first + 1) * bk,
+                            group_size)
             tv.copy_async_commit()
         packed = codes_at(0)
         w1, w2, w3, w4 = fetch_ahead(lambda k: codes_at(bk + k), bk, prefetch)
@@ -160,7 +183,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         batch = prefetch == stages
         tv.copy_async_wait(lead - 1)
         tv.sync()
-        tv.store_shared(ws[0], _weights(packed, 0, wdtype, act, layouts,
+        tv.store_shared(wbufs[0], _weights(packed, 0, wdtype, act, layouts,
                                         (scale, zero) if producer else sources))
         # The weights are converted `ahead` k-tiles before their `dot`: one, by the
         # warps that multiply them; `stages - 1` by a converting producer, which is then
@@ -175,18 +198,18 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
             if has_zeros:
                 zero, z1, z2, z3, z4 = shift_ahead((z1, z2, z3, z4),
                                                    group_at(gz, (j + prefetch) * bk))
-            tv.store_shared(ws[j], _weights(packed, j, wdtype, act, layouts, (scale, zero)))
+            tv.store_shared(wbufs[j], _weights(packed, j, wdtype, act, layouts, (scale, zero)))
         acc = tv.zeros([bn, bm], tv.f32, layout=acc_layout)
-        for k0 in tv.range(0, K, stages * bk):
+        for k0 in tv.range(0, k_len, chunk):
             for s in range(stages):  # unrolled: k-tile t = k0 / bk + s in buffers s
                 k = k0 + s * bk if s else k0
                 tv.copy_async_wait(lead - 1)  # x of k-tile t, the scales of t + 1 (this
                 tv.sync()  # thread's copies); every warp's weights of t stored
-                acc = tv.dot(ws[s], xs[s], acc)
-                tv.copy_async(xs[(s + lead) % stages], gxt, [k + lead * bk, m0])
+                acc = tv.dot(wbufs[s], xs[s], acc)
+                tv.copy_async(xs[(s + lead) % stages], gxt, [k_begin + k + lead * bk, m0])
                 if not producer:
                     copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
-                                k + (lead + 1) * bk, group_size)
+                                k_begin + k + (lead + 1) * bk, group_size)
                 tv.copy_async_commit()
                 if batch:
                     packed = (w1, w2, w3, w4)[s]
@@ -200,7 +223,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                             zero, z1, z2, z3, z4 = shift_ahead((z1, z2, z3, z4),
                                                                group_at(gz, later))
                 nxt = (s + ahead) % stages
-                tv.store_shared(ws[nxt], _weights(packed, nxt, wdtype, act, layouts,
+                tv.store_shared(wbufs[nxt], _weights(packed, nxt, wdtype, act, layouts,
                                                   (scale, zero) if producer else sources))
                 if batch and s == 0:  # the next iteration's codes, k-tiles t + 5 ..
                     n1, n2, n3, n4 = fetch_ahead(
@@ -210,8 +233,9 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         tv.copy_async_wait(0)
         # (the producer's tiles keep their bytes: it may still be storing the k-tile
         # past the last, which no dot reads)
-        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps,
-                         (*xs, *([] if producer else ws), *ss, *(zs or ())), wide_stores)
+        store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
+                     split_k, num_warps, (*xs, *([] if producer else wbufs), *ss, *(zs or ())),
+                     wide_stores)
 
     qmm_wgmma_shared.name = f"qmm_wgmma_shared_{act.name}"
     return qmm_wgmma_shared

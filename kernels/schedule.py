@@ -21,7 +21,8 @@ rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
 `stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4) and
 `split_k` (blocks along K in whole loop iterations, their partial sums added by the last
-as in the streaming kernel: 33..256 rows, where one row tile is too few blocks; with
+as in the streaming kernel: 33..256 rows, where one row tile is too few blocks; the
+shared-weights kernel's too, without a converting producer; with
 `split_cluster` a tile's splits are one cluster adding their parts through shared
 memory), or `stream_k` instead: `kernels.qmm_streamk`, `stream_k` blocks per SM sharing
 every tile's loop iterations evenly (measured slower: not a candidate).
@@ -93,9 +94,9 @@ class Schedule:
                              f"bk, num_warps{', warps_m' if self.staged else ''}, stages"
                              f"{', lead, prefetch, split_k' if self.wgmma else ''} only, "
                              f"got {self!r}")
-        if self.split_k > 1 and (self.shared_weights or self.dequant):
-            raise ValueError(f"split_k is the register-A wgmma kernel's (no shared_weights "
-                             f"or dequant), got {self!r}")
+        if self.split_k > 1 and (self.dequant or self.producer):
+            raise ValueError(f"split_k is the wgmma kernels' without dequant or a converting "
+                             f"producer, got {self!r}")
         if self.stream_k and (not self.wgmma or self.shared_weights or self.dequant
                               or self.split_k > 1 or self.stream_k < 0):
             raise ValueError(f"stream_k (blocks per SM sharing the work evenly) is the "
@@ -173,18 +174,13 @@ class Schedule:
                 if self.producer and columns != 128:  # its warpgroup: an atom a warp
                     return False
                 return (self.dequant or columns % 64 == 0) \
-                    and 1 <= self.lead <= self.stages - 2 <= 4
+                    and 1 <= self.lead <= self.stages - 2 <= 4 and self._split_fits(K, group_size)
             if self.stream_k and self.prefetch > self.stages:  # the codes run at most
                 return False  # one unit (iteration) ahead
             if self.pair_k and (group_size % (2 * self.bk) or self.bm % 16):  # a pair
                 return False  # within a group; half of x's rows to each warpgroup
-            if self.split_k > 1:  # whole iterations of whole groups a split; the last
-                # block's sum holds two tiles of partial sums: at most 128 a thread each
-                chunk = self.stages * self.bk * (2 if self.pair_k else 1)
-                if chunk % group_size or self.split_k > K // chunk or \
-                        self.bm * self.block_columns > 128 * 32 * self.num_warps:
-                    return False
-            return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages
+            return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages \
+                and self._split_fits(K, group_size)
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
@@ -194,18 +190,28 @@ class Schedule:
             return False
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
+    def _split_fits(self, K: int, group_size: int) -> bool:
+        """A wgmma kernel's K split: whole iterations of whole groups a split, and the
+        last block's sum holds two tiles of partial sums, at most 128 a thread each."""
+        chunk = self.stages * self.bk * (2 if self.pair_k else 1)
+        return self.split_k == 1 or not (
+            chunk % group_size or self.split_k > K // chunk
+            or self.bm * self.block_columns > 128 * 32 * self.num_warps)
+
     @property
     def splits_k_kernel(self) -> bool:
         """Whether the kernel takes split-K's workspace and tile counters (after y):
-        the streaming kernel and the register-A wgmma kernel, whatever their split (with
-        `split_cluster` it reads neither)."""
-        return not (self.staged or self.shared_weights or self.dequant)
+        the streaming kernel and the wgmma kernels but the dequantize-then-multiply
+        pair's, whatever their split (with `split_cluster` it reads neither)."""
+        return not (self.staged or self.dequant)
 
     @property
     def block_columns(self) -> int:
-        """Columns of y a block of the kernels that split K computes (`bn`: the
-        streaming kernel's and the register-A wgmma kernel's): 32 a warp, 16 with half
-        atoms, half that with `pair_k` (both warpgroups on the same columns)."""
+        """Columns of y a block of the kernels that split K computes (`bn`): 32 a warp,
+        16 with half atoms, half that with `pair_k` (both warpgroups on the same
+        columns); with `shared_weights` 32 a warp per 32 rows of the k-tile."""
+        if self.shared_weights:
+            return 32 * self.num_warps // (self.bk // 32)
         return (16 if self.half_atoms else 32) * self.num_warps // (2 if self.pair_k else 1)
 
     def __str__(self) -> str:

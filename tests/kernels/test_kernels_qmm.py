@@ -140,7 +140,7 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
                                            bk=k_tile(qw.group_size))
         schedule_kernel(s).interpret(x, wt, y, M, N, K, **s.constants(),
                                      wide_stores=N % 8 == 0)
-    elif s.staged or s.shared_weights:
+    elif s.staged:
         schedule_kernel(s).interpret(x, qw.packed, qw.scales, zeros, y, M, N, K,
                                      **constants)
     else:
@@ -224,6 +224,12 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
      40, 200),
     ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4,
                           split_cluster=True), 33, 136),
+    # the shared-weights kernel with K split: 2 iterations of 256 rows in 2 blocks (a
+    # loop iteration's codes at once), 4 of 128 rows in 3 (1, 1, 2) with zero points and
+    # 32-row k-tiles (256 columns a block)
+    ("int4", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
+                          split_k=2), 70, 200),
+    ("uint3", True, wgmma(32, 8, 4, 64, lead=1, shared_weights=True, split_k=3), 17, 264),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -591,10 +597,17 @@ def test_gpu_half_atoms(wdtype, act, zeros):
     ("f6e3m2", "f16", False, wgmma(256, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                    split_k=2)),
     ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, half_atoms=True,
-                                  split_k=4))])
+                                  split_k=4)),
+    # the shared-weights kernel: 256 x 128, a loop iteration's codes at once
+    ("int4", "f16", False, wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
+                                 split_k=2)),
+    ("uint4", "bf16", True, wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
+                                  split_k=3)),
+    ("f6e3m2", "f16", False, wgmma(128, 8, 4, 128, lead=2, prefetch=2, shared_weights=True,
+                                   split_k=4))])
 def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
-    """The register-A wgmma kernel with K split: ragged M and N, K past whole iterations
-    (16.5 of 256 rows); the second call finds the tile counters back at zero."""
+    """The wgmma kernels with K split: ragged M and N, K past whole iterations (16.5 of
+    256 rows); the second call finds the tile counters back at zero."""
     require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 100, 200, 4096, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 264, 4224, 128, zeros, s)
@@ -857,8 +870,16 @@ def test_wgmma_schedules():
     assert wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
     assert not wgmma(256, 4, 4, 128, split_k=2).fits(4096, 128)  # 256
     assert wgmma(256, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 128
-    with pytest.raises(ValueError, match="split_k is the register-A"):
-        wgmma(256, 8, 4, 128, lead=2, shared_weights=True, split_k=2)
+    # the shared-weights kernel's too (128 columns a block with 64-row k-tiles), not
+    # with a converting producer or in the dequantize-then-multiply pair
+    shared_split = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True, split_k=3)
+    assert shared_split.block_columns == 128 and shared_split.splits_k_kernel
+    assert shared_split.fits(4096, 128) and not shared_split.fits(4096, 512)
+    assert shared.splits_k_kernel and not dequant_schedule().splits_k_kernel
+    with pytest.raises(ValueError, match="split_k is the wgmma kernels' without"):
+        wgmma(256, 8, 4, 128, lead=2, split_k=2, shared_weights=True, producer=128)
+    with pytest.raises(ValueError, match="split_k is the wgmma kernels' without"):
+        Schedule(256, 64, 8, 2, wgmma=True, stages=4, lead=2, dequant=True)
     with pytest.raises(ValueError, match="one kernel"):
         Schedule(128, 64, 4, wgmma=True, staged=True)
     # Prefill on Hopper: the wgmma kernel only (it beat the staged one at every type
