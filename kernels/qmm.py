@@ -338,11 +338,11 @@ def _store_y(y, acc, act, swap_ab: bool, M, N, n0, m0) -> None:
         tv.store_global(tv.global_view(y, [M, N]), tv.cast(acc, act), [m0, n0])
 
 
-def fetch_ahead(fetch, bk: int, n: int) -> tuple:
-    """The first `n` k-tiles `fetch(i * bk)`, in four slots (None past `n`; a
-    compile-time helper of the kernels that keep k-tiles in flight in registers: four
-    names, `w1, w2, w3, w4 = ...`, carried through the main loop)."""
-    return tuple(fetch(i * bk) if i < n else None for i in range(4))
+def fetch_ahead(fetch, bk: int, n: int, slots: int = 4) -> tuple:
+    """The first `n` k-tiles `fetch(i * bk)`, in `slots` slots (None past `n`; a
+    compile-time helper of the kernels that keep k-tiles in flight in registers: one
+    name a slot, `w1, w2, w3, w4 = ...`, carried through the main loop)."""
+    return tuple(fetch(i * bk) if i < n else None for i in range(slots))
 
 
 def shift_ahead(ahead: tuple, later) -> tuple:

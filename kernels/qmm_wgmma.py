@@ -83,6 +83,12 @@ from tilevm.layouts.shared_layout import SharedLayout, swizzled
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
+# The most k-tiles of codes the register-A main loop keeps in flight (`prefetch`): one
+# loop-carried name a slot. Deeper than the other kernels' 4: with one warpgroup of half
+# atoms a k-tile's codes are 4 registers a thread, and a block that has one warp a
+# scheduler keeps few weight bytes in flight between decode and prefill.
+REGISTER_A_AHEAD = 8
+
 
 @tv.inline
 def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType,
@@ -103,7 +109,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     b = wdtype.bits
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
-                 half_atoms)
+                 half_atoms, REGISTER_A_AHEAD)
     tv.static_assert(not pair_k or (half_atoms and num_warps == 8 and bm % 16 == 0
                                     and group_size % (2 * bk) == 0),
                      f"pair_k takes two warpgroups of half atoms (num_warps=8), rows of x "
@@ -143,13 +149,14 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
         start_ktile(xs, ss, zs, first, gxt, gs, gz, first * step, k_begin, k_len, m0, n0,
                     group_size, split_k, before_copy)
         tv.copy_async_commit()
-    w1, w2, w3, w4 = fetch_ahead(codes_at, step, prefetch)  # (names carried by the loop)
+    # (names carried by the loop: `REGISTER_A_AHEAD` slots)
+    w1, w2, w3, w4, w5, w6, w7, w8 = fetch_ahead(codes_at, step, prefetch, REGISTER_A_AHEAD)
     acc = tv.zeros([lay.bn, bm], tv.f32, layout=lay.acc)
     for k0 in tv.range(0, k_len, chunk):
         for s in range(stages):  # unrolled: buffer s holds k-tile k0 + s * step
             k = k0 + s * step if s else k0
-            packed, w1, w2, w3, w4 = shift_ahead((w1, w2, w3, w4),
-                                                 codes_at(k + prefetch * step))
+            packed, w1, w2, w3, w4, w5, w6, w7, w8 = shift_ahead(
+                (w1, w2, w3, w4, w5, w6, w7, w8), codes_at(k + prefetch * step))
             wt = codes_as(packed, wdtype, act, lay)
             tv.copy_async_wait(lead - 1)  # this k-tile of x has landed (this
             tv.sync()  # thread's copies) for every thread; the buffer refilled next
@@ -220,9 +227,9 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
 
 def check_tiling(wdtype: DataType, group_size: int, bm: int, bk: int, num_warps: int,
                  stages: int, group_m: int, lead: int, prefetch: int,
-                 half_atoms: bool) -> None:
+                 half_atoms: bool, most_ahead: int = 4) -> None:
     """The register-A kernels' requirements on their constants (a compile-time helper;
-    `lead` as resolved, 1..stages-1)."""
+    `lead` as resolved, 1..stages-1; `prefetch` up to the kernel's `most_ahead`)."""
     b = wdtype.bits
     tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
     tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -235,7 +242,8 @@ def check_tiling(wdtype: DataType, group_size: int, bm: int, bk: int, num_warps:
     tv.static_assert(2 <= stages <= 6, f"stages must be 2..6, got {stages}")
     tv.static_assert(group_m >= 1, f"group_m is a number of row tiles, got {group_m}")
     tv.static_assert(1 <= lead <= stages - 1, f"lead={lead} must be 1..stages-1")
-    tv.static_assert(1 <= prefetch <= 4, f"prefetch is 1 to 4 k-tiles, got {prefetch}")
+    tv.static_assert(1 <= prefetch <= most_ahead,
+                     f"prefetch is 1 to {most_ahead} k-tiles, got {prefetch}")
     tv.static_assert(not half_atoms or b % 2 == 0,
                      f"half_atoms takes codes of an even width, got {wdtype}")
 

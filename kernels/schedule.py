@@ -165,8 +165,12 @@ class Schedule:
         elif self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
         if self.wgmma:  # whole warpgroups, wgmma's N, 1..4 k-tiles of codes ahead
+            # (the register-A main loop keeps up to 8 k-tiles of codes in flight:
+            # `qmm_wgmma.REGISTER_A_AHEAD`; the others 4)
+            register_a = not (self.shared_weights or self.dequant or self.stream_k)
             if not (self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0
-                    and 8 <= self.bm <= 256 and 1 <= self.prefetch <= 4):
+                    and 8 <= self.bm <= 256
+                    and 1 <= self.prefetch <= (8 if register_a else 4)):
                 return False
             if self.shared_weights or self.dequant:  # both operands in shared buffers,
                 # rewritten behind the barrier (8 warps, 64-row k-tiles: 128 columns)

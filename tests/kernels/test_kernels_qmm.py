@@ -36,6 +36,7 @@ from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes, workspace_order
 from tilevm.kernels.qmm_dequant import dequantize_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
+from tilevm.kernels.qmm_wgmma import REGISTER_A_AHEAD
 from tilevm.kernels.schedule import (
     WGMMA_HALF_ATOM_TILES,
     WGMMA_TILES,
@@ -215,9 +216,14 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
     ("f6e3m2", False, wgmma(16, 4, 4, 64, lead=2, prefetch=2, split_k=3), 17, 72),
     ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4),
      33, 136),
-    # the codes four k-tiles ahead of four stages (`MIDDLE_TILES`' deep half atoms)
+    # the codes four k-tiles ahead of four stages (`MIDDLE_TILES`' deep half atoms), and
+    # eight and six (`REGISTER_A_AHEAD`: a split's look-ahead runs into the next split's
+    # rows and past K)
     ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=4, half_atoms=True, split_k=2),
      40, 200),
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=8, half_atoms=True, split_k=2),
+     40, 200),
+    ("uint6", True, wgmma(16, 4, 4, 64, lead=2, prefetch=6, half_atoms=True), 17, 72),
     # a tile's splits as one cluster: the first adds the others' parts from their shared
     # memory (2 splits; 4 of 1 iteration each with half atoms and zero points)
     ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=2, split_k=2, split_cluster=True),
@@ -838,7 +844,7 @@ def test_wgmma_schedules():
     assert str(wgmma(128, 4, 4, 128, lead=2, prefetch=2)) == \
         "wgmma bm=128 bk=64 warps=4 stages=4 lead=2 prefetch=2"
     assert not wgmma(128, 4, 4, 128, lead=4).fits(4096, 128)  # lead < stages
-    assert not wgmma(128, 4, 4, 128, prefetch=5).fits(4096, 128)  # 1..4 k-tiles of codes
+    assert not wgmma(128, 4, 4, 128, prefetch=9).fits(4096, 128)  # 1..8 k-tiles of codes
     assert not wgmma(128, 4, 4, 128, prefetch=0).fits(4096, 128)
     with pytest.raises(ValueError, match="lead, shared_weights, dequant and half_atoms are"):
         Schedule(bm=16, lead=1)
@@ -854,6 +860,12 @@ def test_wgmma_schedules():
     assert shared.fits(4096, 128) and shared in candidates(4096, 12288, 4096, 128,
                                                             hopper=True)
     assert not wgmma(256, 8, 4, 128, lead=3, shared_weights=True).fits(4096, 128)
+    # codes in flight: up to REGISTER_A_AHEAD k-tiles in the register-A kernel, 4 in the
+    # shared-weights and stream-K kernels
+    assert wgmma(64, 4, 4, 128, prefetch=REGISTER_A_AHEAD).fits(4096, 128)
+    assert not wgmma(64, 4, 4, 128, prefetch=REGISTER_A_AHEAD + 1).fits(4096, 128)
+    assert not wgmma(256, 8, 4, 128, lead=2, prefetch=5, shared_weights=True).fits(4096, 128)
+    assert not wgmma(64, 4, 4, 128, prefetch=5, stream_k=1).fits(4096, 128)
     assert not any(s.shared_weights for s in candidates(4096, 12288, 4096, 64, hopper=True))
     assert wgmma(128, 4, 2, 32).bk == 32 and wgmma(128, 4, 2, 32).fits(4096, 32)
     assert not Schedule(128, 64, 6, wgmma=True, stages=2).fits(4096, 128)  # not warpgroups
