@@ -70,7 +70,7 @@ LEVEL_SHARES = {False: (0.45, 0.35, 0.0), True: (0.3, 0.25, 0.25)}
 KNOBS = (
     Knob("bm", (8, 16, 32, 64, 128, 256)), Knob("bk", (32, 64)),
     Knob("num_warps", (1, 2, 4, 8)), Knob("split_k", (1, 2, 3, 4, 6, 8, 16)),
-    Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4)),
+    Knob("x_shared", (False, True)), Knob("prefetch", (1, 2, 3, 4, 6, 8)),
     Knob("swap_ab", (False, True)), Knob("staged", (False, True)),
     Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),
     Knob("wgmma", (False, True)), Knob("lead", (0, 1, 2, 3, 4)),
