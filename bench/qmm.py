@@ -163,8 +163,9 @@ def environment() -> dict[str, Any]:
 
 
 def _base_row(c: Config) -> dict[str, Any]:
-    row = asdict(c)
-    row.update(bits=c.bits, method="isolated", status="skip", reason=None, check_passed=None)
+    row = asdict(c)  # ("dtype": the weight type again, under the name issue 48's rows use)
+    row.update(dtype=c.wdtype, bits=c.bits, method="isolated", status="skip", reason=None,
+               check_passed=None)
     return row
 
 

@@ -206,6 +206,16 @@ def test_plan_runs_cublas_first_then_each_weight_type_per_shape():
         for m in (1, 17, 4096)]
 
 
+def test_a_row_names_backend_shape_sizes_weight_type_and_method():
+    """Issue 48's row schema: backend, shape, M, N, K, dtype (the weight type), method;
+    `us` comes with the timing (`finish_row`)."""
+    c = protocol.Config("tilevm", "8b.qkv", 12288, 4096, 16, "int3", "f16", 128)
+    row = qmm._base_row(c)
+    assert {k: row[k] for k in ("backend", "shape", "M", "N", "K", "dtype", "method")} == \
+        {"backend": "tilevm", "shape": "8b.qkv", "M": 16, "N": 12288, "K": 4096,
+         "dtype": "int3", "method": "isolated"}
+
+
 # ---- what each backend runs ------------------------------------------------------------------
 
 def test_example_kernel_support_and_reasons():
