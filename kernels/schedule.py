@@ -195,12 +195,16 @@ class Schedule:
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
     def _split_fits(self, K: int, group_size: int) -> bool:
-        """A wgmma kernel's K split: whole iterations of whole groups a split, and the
-        last block's sum holds two tiles of partial sums, at most 128 a thread each."""
+        """A wgmma kernel's accumulators, at most 128 a thread (more do not compile
+        without spills: 256 x 128 of whole atoms in one warpgroup would take 256), and
+        its K split: whole iterations of whole groups a split (the last block's sum then
+        holds two tiles of at most 128 a thread). With `pair_k` each warpgroup holds the
+        whole tile's columns until the pair's sums are added."""
         chunk = self.stages * self.bk * (2 if self.pair_k else 1)
-        return self.split_k == 1 or not (
-            chunk % group_size or self.split_k > K // chunk
-            or self.bm * self.block_columns > 128 * 32 * self.num_warps)
+        columns = self.block_columns * (2 if self.pair_k else 1)
+        if self.bm * columns > 128 * 32 * self.num_warps:
+            return False
+        return self.split_k == 1 or not (chunk % group_size or self.split_k > K // chunk)
 
     @property
     def splits_k_kernel(self) -> bool:
@@ -213,8 +217,9 @@ class Schedule:
     def block_columns(self) -> int:
         """Columns of y a block of the kernels that split K computes (`bn`): 32 a warp,
         16 with half atoms, half that with `pair_k` (both warpgroups on the same
-        columns); with `shared_weights` 32 a warp per 32 rows of the k-tile."""
-        if self.shared_weights:
+        columns); with `shared_weights` (and the dequantize-then-multiply pair's matmul)
+        32 a warp per 32 rows of the k-tile."""
+        if self.shared_weights or self.dequant:
             return 32 * self.num_warps // (self.bk // 32)
         return (16 if self.half_atoms else 32) * self.num_warps // (2 if self.pair_k else 1)
 

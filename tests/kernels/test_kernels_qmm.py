@@ -881,6 +881,13 @@ def test_wgmma_schedules():
     assert not replace(split, split_k=17).fits(4096, 128)  # 16 iterations
     assert wgmma(128, 4, 4, 128, split_k=2).fits(4096, 128)  # 128 sums a thread
     assert not wgmma(256, 4, 4, 128, split_k=2).fits(4096, 128)  # 256
+    # at most 128 accumulators a thread, split or not (256 x 128 of whole atoms in one
+    # warpgroup: 256, which the VM refuses to allocate); two warpgroups on k-tile pairs
+    # each hold the whole tile's columns
+    assert not wgmma(256, 4, 4, 128).fits(4096, 128)
+    assert not wgmma(256, 4, 4, 128, prefetch=2, stream_k=1).fits(4096, 128)
+    assert wgmma(256, 8, 2, 128, lead=1, prefetch=2, half_atoms=True, pair_k=True).fits(
+        4096, 128)  # 128 a thread
     assert wgmma(256, 8, 4, 128, half_atoms=True, split_k=2).fits(4096, 128)  # 128
     # the shared-weights kernel's too (128 columns a block with 64-row k-tiles), not
     # with a converting producer or in the dequantize-then-multiply pair
