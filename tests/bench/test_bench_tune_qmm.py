@@ -101,12 +101,16 @@ def test_bad_options_and_a_broken_jsonl_are_errors(tmp_path, capsys):
 
 @pytest.mark.gpu
 def test_gpu_one_cell_end_to_end(tmp_path):
-    """A small decode problem: the grid, the searches within 20 s, the checks; the kept
-    kernel is never slower than the start in the final head-to-head."""
+    """A small decode problem: the grid, the searches within 10 s (the final checks are
+    `tune_problem`'s tests'); the kept kernel is never slower than the start in the
+    final head-to-head; a second run finds the cell done."""
     require_sm90("the tuner's wgmma candidates")
-    assert tune_qmm.main([str(tmp_path), "--dtypes", "int4", "--shapes", "512x1024",
-                          "--m", "16", "--budget-s", "20"]) == 0
+    argv = [str(tmp_path), "--dtypes", "int4", "--shapes", "512x1024", "--m", "16",
+            "--budget-s", "10", "--no-verify"]
+    assert tune_qmm.main(argv) == 0
     (row,) = tune_qmm.read_rows(tmp_path / tune_qmm.JSONL)
     assert "error" not in row, row.get("error")
-    assert row["speedup"] >= 1.0 and row["checks_passed"]
-    assert all(row["sanitizers"].values())
+    assert row["speedup"] >= 1.0 and row["values_checked"] is None
+    assert list(row["times_us"])[0] == "start" and row["grid_timed"] > 1
+    assert tune_qmm.main(argv) == 0
+    assert tune_qmm.read_rows(tmp_path / tune_qmm.JSONL) == [row]
