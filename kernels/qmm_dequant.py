@@ -33,7 +33,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type
-from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed, tile_of
+from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed, x_sharing_tiles
 from tilevm.kernels.qmm_wgmma_shared import dequantized
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, spatial
@@ -131,13 +131,8 @@ def wt_matmul_kernel(act: DataType | str = "f16") -> Kernel:
         if cluster == 1:
             tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm))
             n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m)
-        else:  # a cluster: `cluster` adjacent column tiles of one row tile, sharing x's
-            tv.cluster(cluster)
-            groups_n = tv.cdiv(N, bn * cluster)  # (the last may reach past N: zeros)
-            tv.grid(groups_n * cluster, tv.cdiv(M, bm))
-            n_group, m_tile = tile_of(tv.block_idx(1) * groups_n + tv.block_idx(0) // cluster,
-                                      groups_n, tv.cdiv(M, bm), group_m)
-            n_tile = n_group * cluster + tv.block_idx(0) % cluster
+        else:  # `cluster` adjacent column tiles of one row tile, sharing x's tiles
+            n_tile, m_tile = x_sharing_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m, cluster)
         tv.launch_dependents()  # (as in the dequantize kernel above)
         tv.wait_prerequisites()
         n0, m0 = n_tile * bn, m_tile * bm

@@ -95,7 +95,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
                    group_size: int, has_zeros: bool, bm: int, bk: int, num_warps: int,
                    stages: int, group_m: int, lead: int, prefetch: int, half_atoms: bool,
                    split_k: int, wait_previous: bool = True, before_loads=None,
-                   before_copy=None, split_cluster: bool = False, pair_k: bool = False):
+                   before_copy=None, split_cluster: bool = False, pair_k: bool = False,
+                   cluster_n: int = 1):
     """The Hopper kernel's launch grid, block tile and main loop (module docstring), as
     the kernels that use it share it: returns the accumulators `acc` ([bn, bm] of y^T
     in f32), their layout, `bn`, the block's column tile and first column and row, and
@@ -105,7 +106,9 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     of x (k may run past K: those copies read zeros; a wait for the producer's tile of
     those columns). With `pair_k` (two warpgroups of half atoms) the block's warpgroups
     take the two k-tiles of each pair (2t, 2t + 1) of one 64-column tile (`paired_views`;
-    a dot with b's two matrices), and `acc` is their sum (module docstring)."""
+    a dot with b's two matrices), and `acc` is their sum (module docstring). With
+    `cluster_n` (2 or 4) that many adjacent column tiles are one cluster whose x tiles a
+    producer warp copies once for all of them (TMA multicast)."""
     b = wdtype.bits
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
@@ -115,6 +118,12 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
                      f"pair_k takes two warpgroups of half atoms (num_warps=8), rows of x "
                      f"in 16s (bm={bm}: each warpgroup ends with half of them) and pairs of "
                      f"k-tiles within a group ({2 * bk} rows dividing {group_size})")
+    tv.static_assert(cluster_n in (1, 2, 4) and (cluster_n == 1 or (
+        split_k == 1 and not pair_k and before_copy is None and before_loads is None)),
+                     f"cluster_n={cluster_n} must be 1, 2 or 4, and more than 1 only "
+                     f"without split_k, pair_k or waits before the copies")
+    if cluster_n > 1:  # (it issues the copies: x's multicast to the cluster)
+        tv.producer_warp()
     step = 2 * bk if pair_k else bk  # rows of K a stage of the main loop takes
     chunk = stages * step  # rows of K per iteration of the main loop
     tv.static_assert(split_k == 1 or chunk % group_size == 0,
@@ -124,7 +133,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     bn = lay.bn // 2 if pair_k else lay.bn  # columns of y the block computes
     n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                  group_size, group_m, lay.lane_run, split_k,
-                                                 wait_previous, split_cluster)
+                                                 wait_previous, split_cluster, cluster_n)
     if before_loads is not None:
         before_loads(m0)
     atom_n0 = n_tile * (bn // ATOM)
@@ -147,7 +156,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
     for first in range(lead):  # (not `s`: a runtime loop would carry it)
         start_ktile(xs, ss, zs, first, gxt, gs, gz, first * step, k_begin, k_len, m0, n0,
-                    group_size, split_k, before_copy)
+                    group_size, split_k, before_copy, cluster_n > 1)
         tv.copy_async_commit()
     # (names carried by the loop: `REGISTER_A_AHEAD` slots)
     w1, w2, w3, w4, w5, w6, w7, w8 = fetch_ahead(codes_at, step, prefetch, REGISTER_A_AHEAD)
@@ -163,7 +172,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
             # (k-tile t + lead - stages) is one no warp or wgmma in flight reads
             wt = scaled(wt, ss[s], zs[s] if has_zeros else None, lay, pair_k)
             start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * step,
-                        k_begin, k_len, m0, n0, group_size, split_k, before_copy)
+                        k_begin, k_len, m0, n0, group_size, split_k, before_copy,
+                        cluster_n > 1)
             tv.copy_async_commit()
             acc = tv.dot(wt, xs[s], acc)
     tv.copy_async_wait(0)
@@ -210,14 +220,14 @@ def qmm_wgmma_kernel(act: DataType | str = "f16") -> Kernel:
                   has_zeros: bool = False, bm: int = 128, bk: int = 64, num_warps: int = 4,
                   stages: int = 3, group_m: int = 8, lead: int = 0, prefetch: int = 1,
                   wide_stores: bool = False, half_atoms: bool = False, split_k: int = 1,
-                  split_cluster: bool = False, pair_k: bool = False):
+                  split_cluster: bool = False, pair_k: bool = False, cluster_n: int = 1):
         tv.static_assert(not split_cluster or split_k in (2, 4, 8),
                          f"split_cluster makes a tile's splits one cluster: split_k 2, 4 "
                          f"or 8, got {split_k}")
         acc, acc_layout, bn, n_tile, n0, m0, buffers = wgmma_mainloop(
             x, w, scales, zeros, M, N, K, act, wdtype, group_size, has_zeros, bm, bk,
             num_warps, stages, group_m, lead, prefetch, half_atoms, split_k,
-            split_cluster=split_cluster, pair_k=pair_k)
+            split_cluster=split_cluster, pair_k=pair_k, cluster_n=cluster_n)
         store_output(y, ws, counters, acc, acc_layout, act, M, N, bm, bn, n_tile, n0, m0,
                      split_k, num_warps, buffers, wide_stores, split_cluster)
 
@@ -403,7 +413,8 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
 
 def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
                group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
-               split_k: int = 1, wait_previous: bool = True, split_cluster: bool = False):
+               split_k: int = 1, wait_previous: bool = True, split_cluster: bool = False,
+               cluster_n: int = 1):
     """The launch grid and this block's tile, as the prefill kernels share them (a
     compile-time helper): (column tile, its first column n0, first row m0, and the views
     x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
@@ -411,21 +422,26 @@ def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
     scales and zeros [Np, K / group_size]). Without `wait_previous` the block does not
     wait for the previous kernel (a consumer that waits for its producer's tiles
     instead, docs/tile-sync.md). With `split_cluster` the `split_k` splits of a tile are
-    consecutive blocks along x, one cluster (`split_slot`)."""
+    consecutive blocks along x, one cluster (`split_slot`); with `cluster_n` that many
+    adjacent column tiles of a row tile are (`x_sharing_tiles`)."""
     tv.assume(K % group_size == 0)
     tv.assume(K % ATOM == 0)
-    if split_cluster:
+    tiles_n, tiles_m = tv.cdiv(N, bn), tv.cdiv(M, bm)
+    if cluster_n > 1:
+        n_tile, m_tile = x_sharing_tiles(tiles_n, tiles_m, group_m, cluster_n)
+    elif split_cluster:
         tv.cluster(split_k)
-        tv.grid(tv.cdiv(N, bn) * split_k, tv.cdiv(M, bm))
+        tv.grid(tiles_n * split_k, tiles_m)
     else:
-        tv.grid(tv.cdiv(N, bn), tv.cdiv(M, bm), *((split_k,) if split_k > 1 else ()))
+        tv.grid(tiles_n, tiles_m, *((split_k,) if split_k > 1 else ()))
     # Programmatic dependent launch (sm_90): the next kernel may start now; this one
     # waits for the previous one here, before touching memory.
     tv.launch_dependents()
     if wait_previous:
         tv.wait_prerequisites()
-    n_tile, m_tile = grouped_tiles(tv.cdiv(N, bn), tv.cdiv(M, bm), group_m,
-                                   split_k if split_cluster else 1)
+    if cluster_n == 1:
+        n_tile, m_tile = grouped_tiles(tiles_n, tiles_m, group_m,
+                                       split_k if split_cluster else 1)
     n0, m0 = n_tile * bn, m_tile * bm
     return (n_tile, n0, m0,
             *operand_views(x, w, scales, zeros, M, N, K, bits, group_size, lane_run))
@@ -477,6 +493,19 @@ def tile_of(tile, tiles_n, tiles_m, group_m: int):
     return tile % per_group // rows, first + tile % per_group % rows
 
 
+def x_sharing_tiles(tiles_n, tiles_m, group_m: int, cluster: int):
+    """Launch clusters of `cluster` adjacent column tiles of one row tile, which share
+    x's tiles (`tv.copy_async(..., multicast=True)`), and return this block's (column
+    tile, row tile): the clusters take `grouped_tiles`' order, the last one's columns
+    may reach past N (a compile-time helper)."""
+    tv.cluster(cluster)
+    groups_n = tv.cdiv(tiles_n, cluster)
+    tv.grid(groups_n * cluster, tiles_m)
+    n_group, m_tile = tile_of(tv.block_idx(1) * groups_n + tv.block_idx(0) // cluster,
+                              groups_n, tiles_m, group_m)
+    return n_group * cluster + tv.block_idx(0) % cluster, m_tile
+
+
 def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
                      buffers=(), wide: bool = True) -> None:
     """Store the block's tile of y^T, `acc` `[bn, bm]` in f32 (`acc_layout`: mma C
@@ -518,7 +547,7 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
 
 @tv.inline
 def start_ktile(xs, ss, zs, buf, gxt, gs, gz, k, k_begin, k_len, m0, n0, group_size: int,
-                split_k: int, before_copy):
+                split_k: int, before_copy, multicast: bool = False):
     """Start copying k-tile `k` of the block's split (`copy_ktile` at `k_begin + k`),
     after `before_copy`'s wait if any. A split copies nothing past its `k_len` rows: they
     are another split's (the main loop's look-ahead would read them, unused), which a
@@ -526,21 +555,25 @@ def start_ktile(xs, ss, zs, buf, gxt, gs, gz, k, k_begin, k_len, m0, n0, group_s
     if split_k > 1:
         if k < k_len:
             _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k_begin + k, m0, n0, group_size,
-                           before_copy)
+                           before_copy, multicast)
     else:
-        _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy)
+        _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy,
+                       multicast)
 
 
-def _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy):
+def _wait_and_copy(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, before_copy,
+                   multicast):
     if before_copy is not None:
         before_copy(k, m0)
-    copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size)
+    copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, multicast)
 
 
-def copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size):
-    """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]`, and the scales
-    (and zeros) of its group for the columns from `n0` into `ss[buf]` (`zs[buf]`)."""
-    tv.copy_async(xs[buf], gxt, [0, k, m0] if gxt.ndim == 3 else [k, m0])  # (3-D: pair_k)
+def copy_ktile(xs, ss, zs, buf, gxt, gs, gz, k, m0, n0, group_size, multicast=False):
+    """Start copying k-tile `k` of x^T (rows from `m0`) into `xs[buf]` (with `multicast`
+    once for the cluster), and the scales (and zeros) of its group for the columns from
+    `n0` into `ss[buf]` (`zs[buf]`)."""
+    tv.copy_async(xs[buf], gxt, [0, k, m0] if gxt.ndim == 3 else [k, m0],  # (3-D: pair_k)
+                  multicast=multicast)
     copy_scales(ss, zs, buf, gs, gz, n0, k, group_size)
 
 

@@ -25,7 +25,9 @@ as in the streaming kernel: 33..256 rows, where one row tile is too few blocks; 
 shared-weights kernel's too, without a converting producer; with
 `split_cluster` a tile's splits are one cluster adding their parts through shared
 memory), or `stream_k` instead: `kernels.qmm_streamk`, `stream_k` blocks per SM sharing
-every tile's loop iterations evenly (measured slower: not a candidate).
+every tile's loop iterations evenly (measured slower: not a candidate). `cluster_n` (2 or
+4, unsplit): that many adjacent column tiles one cluster, a producer warp copying x's
+tiles once for them all (TMA multicast).
 With `half_atoms` (even widths) each warp converts 16 columns instead of 32, so that a
 warpgroup's 64 columns are one wgmma over `bm` rows (256 in the tuned tiling: each weight
 converted once per 256 rows, straight from registers). With `shared_weights` it is
@@ -81,6 +83,7 @@ class Schedule:
     stream_k: int = 0
     split_cluster: bool = False
     pair_k: bool = False
+    cluster_n: int = 1
 
     def __post_init__(self) -> None:
         if self.staged and self.wgmma:
@@ -109,6 +112,11 @@ class Schedule:
                             or self.split_cluster or self.stream_k or self.shared_weights):
             raise ValueError(f"pair_k (two warpgroups on a pair of k-tiles) is the register-A "
                              f"wgmma kernel's with half atoms and 8 warps, got {self!r}")
+        if self.cluster_n != 1 and (not self.wgmma or self.cluster_n not in (2, 4)
+                                    or self.shared_weights or self.dequant or self.stream_k
+                                    or self.split_k > 1 or self.pair_k):
+            raise ValueError(f"cluster_n (column tiles sharing x's copies) is the register-A "
+                             f"wgmma kernel's, 2 or 4, unsplit, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \
@@ -143,11 +151,11 @@ class Schedule:
             return dict(bm=self.bm, bk=self.bk, num_warps=self.num_warps,
                         stages=self.stages, lead=self.lead, prefetch=self.prefetch) \
                 | self._changed("producer", "half_atoms", "split_k", "split_cluster",
-                                "pair_k")
+                                "pair_k", "cluster_n")
         table = asdict(self)
         for name in ("staged", "warps_m", "stages", "wgmma", "lead", "shared_weights",
                      "dequant", "producer", "half_atoms", "stream_k", "split_cluster",
-                     "pair_k"):
+                     "pair_k", "cluster_n"):
             del table[name]
         return table
 
@@ -235,6 +243,7 @@ class Schedule:
                     f"{f' split_k={self.split_k}' if self.split_k > 1 else ''}"
                     f"{' split_cluster' if self.split_cluster else ''}"
                     f"{' pair_k' if self.pair_k else ''}"
+                    f"{f' cluster_n={self.cluster_n}' if self.cluster_n > 1 else ''}"
                     f"{f' stream_k={self.stream_k}' if self.stream_k else ''}")
         if self.staged:
             return (f"staged bm={self.bm} bk={self.bk} warps={self.num_warps} "
@@ -394,17 +403,19 @@ def dequant_workspace(N: int, K: int) -> int:
 def wgmma(bm: int, num_warps: int, stages: int, group_size: int, lead: int = 0,
           prefetch: int = 1, shared_weights: bool = False, producer: int = 0,
           half_atoms: bool = False, split_k: int = 1, stream_k: int = 0,
-          split_cluster: bool = False, pair_k: bool = False) -> Schedule:
+          split_cluster: bool = False, pair_k: bool = False,
+          cluster_n: int = 1) -> Schedule:
     """The Hopper kernel's schedule with this tiling (`kernels.qmm_wgmma`, with
     `half_atoms` 16 columns a warp, K split `split_k` ways, with `split_cluster` a tile's
-    splits one cluster adding their parts in shared memory; with `stream_k`,
+    splits one cluster adding their parts in shared memory, with `cluster_n` column
+    tiles one cluster sharing x's copies; with `stream_k`,
     `kernels.qmm_streamk` with that many blocks per SM; or with `shared_weights`
     `kernels.qmm_wgmma_shared`, whose weights a converting producer warpgroup of
     `producer` registers a thread converts when nonzero)."""
     return Schedule(bm, k_tile(group_size), num_warps, split_k, wgmma=True, stages=stages,
                     lead=lead, prefetch=prefetch, shared_weights=shared_weights,
                     producer=producer, half_atoms=half_atoms, stream_k=stream_k,
-                    split_cluster=split_cluster, pair_k=pair_k)
+                    split_cluster=split_cluster, pair_k=pair_k, cluster_n=cluster_n)
 
 
 def wgmma_tile(tile: WgmmaTile, group_size: int, *, shared_weights: bool = False,

@@ -230,6 +230,12 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
      40, 200),
     ("uint6", True, wgmma(16, 8, 4, 64, lead=2, prefetch=2, half_atoms=True, split_k=4,
                           split_cluster=True), 33, 136),
+    # clusters of 2 and 4 column tiles sharing x's copies (a producer warp multicasts
+    # them): 3 column tiles in 2 clusters of 2, and in one of 4 with zero points (the
+    # last block wholly past N)
+    ("int4", False, wgmma(32, 4, 4, 64, lead=2, prefetch=2, half_atoms=True, cluster_n=2),
+     40, 136),
+    ("uint3", True, wgmma(16, 4, 3, 64, lead=1, cluster_n=4), 17, 264),
     # the shared-weights kernel with K split: 2 iterations of 256 rows in 2 blocks (a
     # loop iteration's codes at once), 4 of 128 rows in 3 (1, 1, 2) with zero points and
     # 32-row k-tiles (256 columns a block)
@@ -653,6 +659,21 @@ def test_gpu_wgmma_k_inside_a_block_or_a_cluster(wdtype, act, zeros, s):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("wdtype, act, zeros, s", [
+    ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
+                                 cluster_n=2)),
+    ("uint3", "bf16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, cluster_n=4)),
+    ("f6e3m2", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=8, half_atoms=True,
+                                   cluster_n=4))])
+def test_gpu_wgmma_column_tiles_sharing_x(wdtype, act, zeros, s):
+    """Clusters of column tiles whose x tiles a producer warp multicasts (`cluster_n`):
+    ragged M and N (a cluster reaching past N), K past whole iterations."""
+    require_sm90("the wgmma kernels")
+    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
+    _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype, act, zeros, s", [
     ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=2, stream_k=1)),
     ("int4", "bf16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                   stream_k=2)),
@@ -899,6 +920,13 @@ def test_wgmma_schedules():
         wgmma(256, 8, 4, 128, lead=2, split_k=2, shared_weights=True, producer=128)
     with pytest.raises(ValueError, match="split_k is the wgmma kernels' without"):
         Schedule(256, 64, 8, 2, wgmma=True, stages=4, lead=2, dequant=True)
+    # column tiles sharing x: the register-A kernel's, 2 or 4, unsplit
+    clustered = wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True, cluster_n=2)
+    assert clustered.constants()["cluster_n"] == 2 and str(clustered).endswith("cluster_n=2")
+    for bad in (dict(cluster_n=3), dict(cluster_n=2, split_k=2),
+                dict(cluster_n=2, shared_weights=True), dict(cluster_n=4, stream_k=1)):
+        with pytest.raises(ValueError, match="cluster_n"):
+            wgmma(64, 4, 4, 128, lead=2, **bad)
     with pytest.raises(ValueError, match="one kernel"):
         Schedule(128, 64, 4, wgmma=True, staged=True)
     # Prefill on Hopper: the wgmma kernel only (it beat the staged one at every type
