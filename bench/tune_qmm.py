@@ -150,11 +150,11 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
                      f"{times} | {r['speedup']:.3f}x | {r['spread']:.2%} | {checked} | "
                      f"{sanitizers} | {r['grid_wall_s'] + r['search_wall_s']:.0f} s |")
     lines.append("")
-    speedups = [r["speedup"] for r in done]
-    interval = median_interval(speedups)
     if not done:
         lines.append("No cell measured yet.")
         return lines
+    speedups = [r["speedup"] for r in done]
+    interval = median_interval(speedups)
     lines.append(f"- {len(done)} cells measured ({len(rows) - len(done)} failed).")
     if interval is None:
         lines.append(f"- Median speedup {statistics.median(speedups):.3f}x; too few cells "
@@ -167,18 +167,18 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     slower = [r for r in done if r["speedup"] < 1]
     lines.append(f"- Never slower than the start: {len(done) - len(slower)} of {len(done)}.")
     for level in ("level 1", "level 2", "level 3"):
-        gains = [r["times_us"][before] / r["times_us"][level] for r in done
-                 for before in [_before(r["times_us"], level)] if before is not None]
+        gains = [r["times_us"][_before(r["times_us"], level)] / r["times_us"][level]
+                 for r in done if level in r["times_us"]]
         if gains:
             lines.append(f"- {level}: median gain {statistics.median(gains):.3f}x over "
                          f"{len(gains)} cells, best {max(gains):.3f}x.")
     return lines
 
 
-def _before(times: dict[str, float], level: str) -> str | None:
-    """The entry of the head-to-head just before `level`'s, if `level` ran."""
+def _before(times: dict[str, float], level: str) -> str:
+    """The entry of the head-to-head just before `level`'s (which ran)."""
     names = list(times)
-    return names[names.index(level) - 1] if level in names else None
+    return names[names.index(level) - 1]
 
 
 def build_parser() -> argparse.ArgumentParser:

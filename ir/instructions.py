@@ -493,11 +493,8 @@ class Assume(Instruction):
 INSTRUCTIONS: dict[str, type[Instruction]] = {
     cls.opname: cls for cls in (
         GlobalView, LoadGlobal, StoreGlobal, AtomicAdd, GlobalTimer, TilePost, TileWait,
-        AllocShared,
-        FreeShared, LoadShared,
-        StoreShared, CopyAsync, CopyAsyncCommit, CopyAsyncWait, Sync, ClusterSync,
-        LaunchDependents,
-        WaitPrerequisites, Full, Arange, Assign, View, Cast, Elementwise, Where, Reduce, Dot,
-        AnnotateLayout, Print, Assume,
+        AllocShared, FreeShared, LoadShared, StoreShared, CopyAsync, CopyAsyncCommit,
+        CopyAsyncWait, Sync, ClusterSync, LaunchDependents, WaitPrerequisites, Full, Arange,
+        Assign, View, Cast, Elementwise, Where, Reduce, Dot, AnnotateLayout, Print, Assume,
     )
 }

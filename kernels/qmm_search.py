@@ -83,10 +83,10 @@ def schedule_space(K: int, group_size: int, *, hopper: bool = False,
                    bits: int | None = None) -> Space[Schedule]:
     """The quantized matmul's schedules as knobs (`tune.space`): every field of
     `Schedule` but the dequantize-then-multiply pair (two launches), the converting
-    producer, stream-K and split_cluster (measured slower). A combination is a candidate
-    where `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the wgmma
-    kernels) and the weight width (`bits`: half atoms need an even one). Every schedule
-    of `candidates` is a point."""
+    producer, stream-K and split_cluster (measured slower), and cluster_n (not yet
+    measured). A combination is a candidate where `Schedule` accepts it and it `fits`
+    the problem, on the GPU (`hopper`: the wgmma kernels) and the weight width (`bits`:
+    half atoms need an even one). Every schedule of `candidates` is a point."""
     def make(values: Mapping[str, object]) -> Schedule | None:
         try:
             s = Schedule(**values)  # type: ignore[arg-type]

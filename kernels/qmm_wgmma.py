@@ -139,12 +139,9 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     atom_n0 = n_tile * (bn // ATOM)
     if pair_k:
         gw, gxt = paired_views(w, x, M, N, K, bk, lay)
-    # With split_k, split z takes its `split_range` of K; the views stay whole (the
-    # copies' tensor maps are the launch's), its k-tiles offset by `k_begin`.
-    k_begin, k_len = 0, K
-    if split_k > 1:
-        k_begin, k_end = split_range(split_slot(split_k, split_cluster), K, chunk, split_k)
-        k_len = k_end - k_begin
+    # The views stay whole (the copies' tensor maps are the launch's): the block's
+    # k-tiles are offset by `k_begin`.
+    k_begin, k_len = block_rows(K, chunk, split_k, split_cluster)
 
     codes_at = lambda k: load_codes(gw, lay, k_begin + k, atom_n0)  # noqa: E731  (k: of this split's rows)
     xs = [tv.alloc_shared(act, [2, bk, bm], layout=swizzled([2, bm, bk], act).permute(
@@ -194,9 +191,7 @@ def add_pair_sums(acc, acc_layout: RegisterLayout, bn: int, bm: int, buffers):
     layout = spatial(WARPGROUP_WARPS, 2) * local(bn // (16 * WARPGROUP_WARPS), bm // 16) \
         * mma_m16n8k16_c()
     halves = layout.unsqueeze(0)
-    for buf in buffers:
-        tv.free_shared(buf)
-    tv.sync()  # every warp is done with the buffers whose bytes the sums take
+    release(buffers)  # (the sums take their bytes)
     sums = tv.alloc_shared(tv.f32, [2, bn, bm])
     tv.store_shared(sums, tv.view(acc, tv.f32, [2, bn, bm], pairs))
     tv.sync()
@@ -397,10 +392,9 @@ def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int,
         tile = m0 // bm * tiles_n + n_tile
         parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
                                            split_slot(split_k, split_cluster))
-        if wide_stores:  # the buffers freed behind a barrier every thread reaches: the
-            for buf in buffers:  # last block's tile of y may then take their bytes (a
-                tv.free_shared(buf)  # barrier in the branch below frees none for the
-            tv.sync()  # shared-memory plan, which cannot know that it is taken)
+        if wide_stores:  # released here, where every thread passes: the last block's
+            release(buffers)  # tile of y may then take their bytes (a barrier in the
+            # branch below frees none for the shared-memory plan: it may not be taken)
         if arrived == split_k - 1:
             total = parts_total(parts, split_k, tile, acc)
             store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps, (),
@@ -478,6 +472,23 @@ def grouped_tiles(tiles_n, tiles_m, group_m: int, blocks_a_tile: int = 1):
     return tile_of(tv.block_idx(1) * tiles_n + column, tiles_n, tiles_m, group_m)
 
 
+def block_rows(K, chunk: int, split_k: int, split_cluster: bool = False):
+    """(first row, rows) of K this block takes: all of K, or with `split_k` its split's
+    `split_range` (a compile-time helper)."""
+    if split_k == 1:
+        return 0, K
+    begin, end = split_range(split_slot(split_k, split_cluster), K, chunk, split_k)
+    return begin, end - begin
+
+
+def release(buffers) -> None:
+    """Free the main loop's shared `buffers` behind a barrier every warp passes, so that
+    a tile allocated next may take their bytes (a compile-time helper)."""
+    for buf in buffers:
+        tv.free_shared(buf)
+    tv.sync()  # every warp is done with them
+
+
 def split_slot(split_k: int, split_cluster: bool):
     """Which of its tile's `split_k` splits this block is (`block_tile`'s grid; a
     compile-time helper)."""
@@ -532,9 +543,7 @@ def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
         return
     tv.assume(N % 8 == 0)
     tile = tv.view(tv.cast(acc, act), act, [bm, bn], acc_layout.permute((1, 0)))
-    for buf in buffers:
-        tv.free_shared(buf)
-    tv.sync()  # every warp is done with the buffers whose bytes the tile takes
+    release(buffers)  # (the tile takes their bytes)
     padded = SharedLayout((bm, bn), (bn + 4, 1), act.bits)  # 8 bytes a row
     out = tv.alloc_shared(act, [bm, bn], layout=padded)
     tv.store_shared(out, tile)

@@ -32,7 +32,7 @@ cuBLAS's speed). Here:
   across the barrier then; with less room it waits, still correct);
 - blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`);
 - with `split_k` a tile's K is split as in `kernels.qmm_wgmma` (whole loop iterations a
-  block, `split_range`; the partial sums parked in the workspace and added by the tile's
+  block, `block_rows`; the partial sums parked in the workspace and added by the tile's
   last block, `store_output`): a layer of few 256 x 128 tiles (8B down: 32) fills the
   GPU's SMs;
 - with `producer=R` a converting producer warpgroup (`tv.producer_warp(registers=R,
@@ -53,13 +53,7 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type, fetch_ahead, shift_ahead
-from tilevm.kernels.qmm_wgmma import (
-    block_tile,
-    copy_scales,
-    split_range,
-    split_slot,
-    store_output,
-)
+from tilevm.kernels.qmm_wgmma import block_rows, block_tile, copy_scales, store_output
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
@@ -113,12 +107,9 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
             tv.producer_warp(registers=producer, converts=True)
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
                                                      group_size, group_m, split_k=split_k)
-        # With split_k, split z takes its `split_range` of K: every k below is of the
-        # split's rows, offset by `k_begin` where memory is read.
-        k_begin, k_len = 0, K
-        if split_k > 1:
-            k_begin, k_end = split_range(split_slot(split_k, False), K, chunk, split_k)
-            k_len = k_end - k_begin
+        # Every k below is of the block's rows of K, offset by `k_begin` where memory is
+        # read.
+        k_begin, k_len = block_rows(K, chunk, split_k)
 
         # Warp (h, j): atom j's codes for rows 32 h.. of the k-tile, as loaded (16 bytes
         # a lane for int4), and as f16 in the same threads with the locals in order

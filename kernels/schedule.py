@@ -19,7 +19,8 @@ operand through `stages` shared-memory buffers: prefill); it takes none of `spli
 Hopper (`kernels.qmm_wgmma`: warpgroups of 4 warps, each warp 32 columns and all `bm`
 rows, x^T through `stages` shared buffers read by wgmma, `lead` k-tiles ahead (0:
 `stages - 1`); `bk` 64 or 32); it takes `bm`, `bk`, `num_warps` (whole warpgroups),
-`stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4) and
+`stages`, `lead`, `prefetch` (k-tiles of weight codes in flight in registers, 1..4; up
+to 8 in the register-A kernel) and
 `split_k` (blocks along K in whole loop iterations, their partial sums added by the last
 as in the streaming kernel: 33..256 rows, where one row tile is too few blocks; the
 shared-weights kernel's too, without a converting producer; with
@@ -172,9 +173,8 @@ class Schedule:
                 return False
         elif self.bk % 32 or group_size % self.bk or K % 32 or K % group_size:
             return False
-        if self.wgmma:  # whole warpgroups, wgmma's N, 1..4 k-tiles of codes ahead
-            # (the register-A main loop keeps up to 8 k-tiles of codes in flight:
-            # `qmm_wgmma.REGISTER_A_AHEAD`; the others 4)
+        if self.wgmma:  # whole warpgroups, wgmma's N, k-tiles of codes ahead: up to 8
+            # in the register-A main loop (`qmm_wgmma.REGISTER_A_AHEAD`), 4 in the others
             register_a = not (self.shared_weights or self.dequant or self.stream_k)
             if not (self.bk in (32, 64) and self.num_warps % 4 == 0 and self.bm % 8 == 0
                     and 8 <= self.bm <= 256
@@ -186,13 +186,14 @@ class Schedule:
                 if self.producer and columns != 128:  # its warpgroup: an atom a warp
                     return False
                 return (self.dequant or columns % 64 == 0) \
-                    and 1 <= self.lead <= self.stages - 2 <= 4 and self._split_fits(K, group_size)
+                    and 1 <= self.lead <= self.stages - 2 <= 4 \
+                    and self._registers_and_split_fit(K, group_size)
             if self.stream_k and self.prefetch > self.stages:  # the codes run at most
                 return False  # one unit (iteration) ahead
             if self.pair_k and (group_size % (2 * self.bk) or self.bm % 16):  # a pair
                 return False  # within a group; half of x's rows to each warpgroup
             return 2 <= self.stages <= 6 and 0 <= self.lead < self.stages \
-                and self._split_fits(K, group_size)
+                and self._registers_and_split_fit(K, group_size)
         if self.staged:
             return self.num_warps % self.warps_m == 0 and \
                 self.bm % (16 * self.warps_m) == 0 and 2 <= self.stages <= 6
@@ -202,7 +203,7 @@ class Schedule:
             return False
         return not self.x_shared or even_stages(self.unroll, group_size, self.bk)
 
-    def _split_fits(self, K: int, group_size: int) -> bool:
+    def _registers_and_split_fit(self, K: int, group_size: int) -> bool:
         """A wgmma kernel's accumulators, at most 128 a thread (more do not compile
         without spills: 256 x 128 of whole atoms in one warpgroup would take 256), and
         its K split: whole iterations of whole groups a split (the last block's sum then

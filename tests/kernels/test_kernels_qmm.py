@@ -647,26 +647,18 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("uint3", "f16", True, wgmma(32, 4, 4, 128, lead=2, prefetch=2, split_k=8,
                                  split_cluster=True)),
     ("f6e3m2", "bf16", False, wgmma(128, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
-                                    split_k=2, split_cluster=True))])
-def test_gpu_wgmma_k_inside_a_block_or_a_cluster(wdtype, act, zeros, s):
-    """K shared out inside a block (pair_k) or a cluster (split_cluster): ragged M and N,
-    K past whole iterations (16.5 of 256 rows); repeated calls bitwise equal (the parts
-    are added in order)."""
-    require_sm90("the wgmma kernels")
-    _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
-    _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("wdtype, act, zeros, s", [
+                                    split_k=2, split_cluster=True)),
+    # clusters of column tiles whose x tiles a producer warp multicasts (cluster_n; a
+    # cluster reaching past N)
     ("int4", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                  cluster_n=2)),
     ("uint3", "bf16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, cluster_n=4)),
     ("f6e3m2", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=8, half_atoms=True,
                                    cluster_n=4))])
-def test_gpu_wgmma_column_tiles_sharing_x(wdtype, act, zeros, s):
-    """Clusters of column tiles whose x tiles a producer warp multicasts (`cluster_n`):
-    ragged M and N (a cluster reaching past N), K past whole iterations."""
+def test_gpu_wgmma_work_shared_in_a_block_or_a_cluster(wdtype, act, zeros, s):
+    """Work shared inside a block (pair_k: K) or a cluster (split_cluster: K; cluster_n:
+    x's copies): ragged M and N, K past whole iterations (16.5 of 256 rows); repeated
+    calls bitwise equal (the parts are added in order)."""
     require_sm90("the wgmma kernels")
     _gpu_case(wdtype, act, 100, 200, 4224, 128, zeros, s)
     _gpu_case(wdtype, act, 33, 4104, 8192, 128, zeros, s)

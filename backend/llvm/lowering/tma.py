@@ -145,17 +145,17 @@ def init_barriers(cg: KernelContext, state: TmaState) -> None:
     with _thread0(cg):
         for k in range(state.ring):
             void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], 1;", "r,~{memory}",
-                 [state.barrier(cg, ir.Constant(I32, k))])
+                     [state.barrier(cg, ir.Constant(I32, k))])
         for name, k in state.empty.items():
             blocks = state.cluster if name in state.multicast else 1
             void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
-                 [state.barrier(cg, ir.Constant(I32, k)),
-                  ir.Constant(I32, cg.program.num_warps * blocks)])
+                     [state.barrier(cg, ir.Constant(I32, k)),
+                      ir.Constant(I32, cg.program.num_warps * blocks)])
         for k in state.full.values():  # each producer warp arrives once its lanes stored
             void_asm(cg, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
-                 [state.barrier(cg, ir.Constant(I32, k)),
-                  ir.Constant(I32, cg.program.producer_warps)])
-        void_asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+                     [state.barrier(cg, ir.Constant(I32, k)),
+                      ir.Constant(I32, cg.program.producer_warps)])
+        void_asm(cg, "fence.mbarrier_init.release.cluster;", "~{memory}")
     if state.multicast:  # a peer's first release or slice may come at once
         cluster_barrier(cg)
     else:  # (in clusters without multicast copies no peer reaches these barriers)
@@ -181,7 +181,7 @@ def emit_tma_release(cg: KernelContext, inst: ins.CopyAsync | ins.StoreShared) -
     if not getattr(inst, "multicast", False):
         _warp_arrives(cg, bar)
         return
-    void_asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    void_asm(cg, "bar.warp.sync -1;", "~{memory}")
     with _lane0(cg):
         for rank in range(state.cluster):  # this block's barrier and each peer's
             # (release at the CTA's scope, the default: the buffer's reads are retired
@@ -203,7 +203,7 @@ def _lane0(cg: KernelContext):
 def _warp_arrives(cg: KernelContext, bar: ir.Value) -> None:
     """Once all the warp's lanes are here, its lane 0 arrives on mbarrier `bar` (one
     arrival a warp)."""
-    void_asm(cg, "bar.warp.sync -1;", "~{memory}", [])
+    void_asm(cg, "bar.warp.sync -1;", "~{memory}")
     with _lane0(cg):
         void_asm(cg, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
@@ -233,7 +233,7 @@ def producer_store(cg: KernelContext, inst: ins.StoreShared):
         return
     _wait_for_release(cg, name)
     yield
-    void_asm(cg, "fence.proxy.async.shared::cta;", "~{memory}", [])
+    void_asm(cg, "fence.proxy.async.shared::cta;", "~{memory}")
     _warp_arrives(cg, state.barrier(cg, ir.Constant(I32, state.full[name])))
 
 
@@ -268,7 +268,7 @@ def emit_tma_copy(cg: KernelContext, inst: ins.CopyAsync, dst: ir.Value) -> None
         if state.empty:
             _wait_for_release(cg, inst.dst.name)
         void_asm(cg, "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
-             "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
+                 "r,r,~{memory}", [bar, ir.Constant(I32, int(inst.lowering["bytes"]))])
         address = cg.b.ptrtoint(dst, I32)
         operands = [address, cg.b.ptrtoint(state.maps[spec], I64), bar, *coords]
         constraints = ["r", "l", "r"] + ["r"] * rank

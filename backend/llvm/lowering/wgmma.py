@@ -185,7 +185,16 @@ def lower_wgmma_dot(cg: KernelContext, inst: ins.Dot) -> None:
     b_layout = allocation(cg, b)[1]
     b_upper = _descriptor_bits(cg, _matrix_layout(cg, b_layout), k, n, elem)
     b_start = _tile_start(cg, b)
-    b_first = _descriptor(cg, b_start, b_upper) if inst.groups == 1 else None
+    # (first column, width) of each wgmma of a row; b's descriptor of each, from the
+    # start of the matrix the row multiplies (with g matrices the warpgroup's: per row,
+    # `_matrix_starts`)
+    parts = instruction_columns(cg.program, n)
+
+    def descriptors(start: ir.Value) -> list[ir.Value]:
+        return [_descriptor(cg, bld.add(start, ir.Constant(I32, first * k * elem))
+                            if first else start, b_upper) for first, _ in parts]
+
+    whole = descriptors(b_start) if inst.groups == 1 else None
     shared_a = a.space is MemorySpace.SHARED
     if shared_a:
         rows = _shared_a_rows(cg, xc, n_frags)
@@ -208,20 +217,11 @@ def lower_wgmma_dot(cg: KernelContext, inst: ins.Dot) -> None:
         row_bytes = k * elem
         plan = [(base, [_descriptor(cg, bld.add(a_start, bld.mul(row, ir.Constant(
             I32, row_bytes))), a_upper)] * k_steps) for base, row in rows]
-    # (first column, width) of each wgmma of a row; b's descriptor of each (b's matrix
-    # of the row's block: each wgmma's, selected by the warpgroup, `_matrix_starts`)
-    parts = instruction_columns(cg.program, n)
-    def descriptors(start: ir.Value, first_part: ir.Value | None = None) -> list[ir.Value]:
-        return [first_part or _descriptor(cg, start, b_upper)] + [_descriptor(cg, bld.add(
-            start, ir.Constant(I32, first * k * elem)), b_upper) for first, _ in parts[1:]]
-
-    if inst.groups == 1:
-        whole = descriptors(b_start, b_first)
-    else:
+    if whole is None:
         starts = _matrix_starts(cg, xc, n_frags, inst.groups, m, b_start,
                                 b_layout.strides[0] * elem)
     for base, steps in plan:
-        b_descriptors = whole if inst.groups == 1 else descriptors(starts[base])
+        b_descriptors = whole or descriptors(starts[base])
         for (first, width), descriptor in zip(parts, b_descriptors, strict=True):
             at = 4 * base + first // 2  # (a thread holds 4 accumulators per 8 columns)
             d = acc[at:at + width // 2]
