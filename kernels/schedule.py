@@ -55,7 +55,7 @@ SMS_H100 = 132  # streaming multiprocessors of an H100 SXM (the default's target
 # candidates change (or a change to the kernels moves their times), so that problems tuned
 # over an older space are tuned again instead of keeping a winner among fewer (or other)
 # kernels.
-SPACE_VERSION = 14
+SPACE_VERSION = 15
 STAGED_FROM = 128  # rows from which the default is the staged kernel
 
 
@@ -347,6 +347,10 @@ WGMMA_TILES = (
 # it (`WGMMA_TILES_BESIDE_SHARED`).
 WGMMA_SHARED_TILES = (WgmmaTile(bm=256, num_warps=8, stages=4, lead=2, prefetch=4),)
 WGMMA_TILES_BESIDE_SHARED = (WGMMA_TILES[0], WGMMA_TILES[2])
+# Up to 256 rows the shared-weights kernel with K split in two too: one row tile of the
+# widest down layer is 64 blocks for 132 SMs, and there the split won; it lost on the
+# other layers (docs/quantized-matmul.md).
+SHARED_SPLIT_ROWS = 256
 # The wgmma kernel with half atoms: 256 rows, 8 warps of 16 columns (128), x and the
 # codes two k-tiles ahead of four stages. It takes any even width, and is timed for the
 # widths whose conversions are dearest (`HALF_ATOM_BITS`), where it beat the
@@ -446,11 +450,15 @@ def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
             for split in t.splits]
 
 
-def shared_weights_tiles(group_size: int) -> list[Schedule]:
+def shared_weights_tiles(group_size: int, M: int | None = None) -> list[Schedule]:
     """The shared-weights kernel's tilings (`WGMMA_SHARED_TILES`) for this group size:
-    none where its k-tiles would be 32 rows (256 columns, 256 accumulators a thread)."""
-    return [wgmma_tile(t, group_size, shared_weights=True) for t in WGMMA_SHARED_TILES
-            if k_tile(group_size) == 64]
+    none where its k-tiles would be 32 rows (256 columns, 256 accumulators a thread);
+    for M up to 256 rows (`SHARED_SPLIT_ROWS`) each also with K split in two."""
+    whole = [wgmma_tile(t, group_size, shared_weights=True) for t in WGMMA_SHARED_TILES
+             if k_tile(group_size) == 64]
+    split = [replace(s, split_k=2) for s in whole] if M is not None and \
+        M <= SHARED_SPLIT_ROWS else []
+    return whole + split
 
 
 def row_tiles(M: int) -> tuple[int, ...]:
@@ -482,7 +490,7 @@ def candidates(M: int, N: int, K: int, group_size: int, *, hopper: bool = False,
     if hopper and 32 < M <= 256:  # the register-A kernel with K split: in between
         found += [s for s in middle_tiles(M, group_size, bits) if s.fits(K, group_size)]
     if M > 64 and hopper:
-        shared = [s for s in shared_weights_tiles(group_size) if s.fits(K, group_size)]
+        shared = [s for s in shared_weights_tiles(group_size, M) if s.fits(K, group_size)]
         beside = WGMMA_TILES_BESIDE_SHARED if shared else WGMMA_TILES
         half = [s for s in half_atom_tiles(group_size, bits) if s.fits(K, group_size)]
         found += shared + half + [s for s in (wgmma_tile(t, group_size) for t in beside)

@@ -972,7 +972,7 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
         assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
         assert len(found) <= 21
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
-    assert all(s.wgmma for s in found) and len(found) <= 22
+    assert all(s.wgmma for s in found) and len(found) <= 23
     # from 65 rows two warpgroups on the k-tile pairs of 128 x 64 tiles, 4 or 2 stages
     assert {(s.bm, s.stages, s.lead, s.split_k) for s in found if s.pair_k} == \
         {(128, 4, 2, 1), (128, 2, 1, 1)}
@@ -981,9 +981,11 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
     assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
                                                                       (64, True), (128, True)}
-    assert len(candidates(256, 4096, 14336, 128, hopper=True, bits=3)) <= 8
+    assert len(candidates(256, 4096, 14336, 128, hopper=True, bits=3)) <= 9
     assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
     assert any(s.shared_weights for s in found)
+    # up to 256 rows the shared-weights kernel split in two too, not for prefill
+    assert {s.split_k for s in found if s.shared_weights} == {1, 2}
     assert not any(s.wgmma and s.split_k > 1 for M in (1, 16, 4096)
                    for s in candidates(M, 4096, 14336, 128, hopper=True, bits=4))
     assert not any(s.wgmma for s in candidates(64, 4096, 14336, 128, bits=4))
