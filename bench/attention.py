@@ -141,9 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=32, help="BH: batch x heads (default: 32)")
     p.add_argument("--d", type=int, default=128, choices=(64, 128))
     p.add_argument("--causal", default="both", choices=("both", "false", "true"))
-    p.add_argument("--block-q", type=int, default=64)
-    p.add_argument("--block-kv", type=int, default=64)
-    p.add_argument("--num-warps", type=int, default=4)
+    # (default: the fastest tiling of the example measured at d = 128, S = 1k-16k;
+    # docs/cost-model.md)
+    p.add_argument("--block-q", type=int, default=128, help="(default: %(default)s)")
+    p.add_argument("--block-kv", type=int, default=64, help="(default: %(default)s)")
+    p.add_argument("--num-warps", type=int, default=8, help="(default: %(default)s)")
     return p
 
 

@@ -1,17 +1,14 @@
-"""Experiment (issue 48): the shared-weights kernel with K split (split 1-6) the register-A kernel's codes 6/8 k-tiles ahead and column tiles sharing x (cluster_n) beside the tuner's candidates at M = 64/256. Was: does a second warp a scheduler pay at M = 64/256? Two
-warpgroups of half atoms a block (8 warps, 128 columns) split 1/2/4, codes 2 or 4
-k-tiles ahead, and two warpgroups on the two k-tiles of each pair of one 64-column tile
-(`pair_k`), against one warpgroup (4 warps, 64 columns) split 1/2/3/4, graph over
-weight copies larger than L2."""
+"""Experiment (issue 48): beside the tuner's candidates at M = 64/256 (int4, graph over
+weight copies larger than L2), the shared-weights kernel with K split (1-6), the
+register-A kernel's codes 6/8 k-tiles ahead and column tiles sharing x (cluster_n)."""
 import json
 import statistics
-import sys
 
 import torch
 
 from tilevm.kernels import matmul as mm
 from tilevm.kernels import quantize
-from tilevm.kernels.schedule import wgmma, candidates
+from tilevm.kernels.schedule import candidates, wgmma
 
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 
