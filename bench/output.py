@@ -81,6 +81,11 @@ def format_markdown(report: dict) -> str:
         out += [f"Ceilings: device copy {ceilings['copy_bw_bytes_per_s'] / 1e12:.2f} TB/s "
                 f"(read + written), cuBLAS f16 8192^3 {ceilings['cublas_f16_tflops']:.0f} "
                 f"TFLOP/s.", ""]
+    parts = report.get("parts", [])
+    if len(parts) > 1:  # (a resumed run: `bench.resume`)
+        out += [f"Measured in {len(parts)} parts: " + "; ".join(
+            f"{p.get('date')} at {p.get('tilevm_commit')}, {p.get('configurations')} "
+            f"configurations" for p in parts) + ".", ""]
     results = report.get("results", [])
     out += ["```", format_summary(results), "```", ""]
     out.append("| " + " | ".join(title for title, _, _ in MD_COLUMNS) + " |")

@@ -98,6 +98,7 @@ class Options:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     l2_flush: str = "write"
     read_floor: bool = False
+    resume: bool = False
 
 
 def peer_dtypes(options: Options, backend: str) -> list[str] | None:
@@ -206,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also time a kernel that only reads each memory-bound cell's "
                              "bytes, and report the fraction of it each kernel reaches "
                              "(see bench/read_floor.py)")
+    parser.add_argument("--resume", action="store_true",
+                        help="add to OUT_DIR/qmm.json: keep its measured rows and time only "
+                             "the configurations it lacks or skipped (same GPU and timing "
+                             "options; see bench/resume.py)")
     parser.add_argument("--install-wheels", action="store_true",
                         help="pip install --no-deps --no-index the wheels in bench/wheels "
                              "(gemlite, Humming and what they need) before the run")
@@ -246,7 +251,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                    install_wheels=args.install_wheels, preset=name,
                    gemlite_dtypes=gemlite_dtypes, humming_dtypes=humming_dtypes,
                    methods=methods, l2_flush=args.l2_flush,
-                   read_floor=args.read_floor)
+                   read_floor=args.read_floor, resume=args.resume)
 
 
 # ---- configurations (pure) ------------------------------------------------------------------

@@ -55,6 +55,11 @@ JSON that says why it was skipped and exits 0.
     python -m tilevm.bench.qmm out                    # Llama-3-8B shapes, f16
     python -m tilevm.bench.qmm out --full             # everything (70B, bf16): long
     python -m tilevm.bench.qmm out --shapes 8b.qkv --m 1,16 --dtypes int4,int3 --act f16,bf16
+    python -m tilevm.bench.qmm out --full --budget-s 500 --resume   # in parts
+
+With `--resume` a run adds to OUT_DIR/qmm.json: its measured rows stay, only what it
+lacks or skipped is timed, each part recorded (`bench.resume`): the whole matrix takes
+longer than one GPU session.
 
 gemlite and Humming: `bench/wheels/` holds their wheels and what the GPU machine lacks of
 their requirements (it has no network; bench/wheels/README.md); `--install-wheels`
@@ -98,6 +103,14 @@ from tilevm.bench.protocol import (
     torch_dtype,
 )
 from tilevm.bench.read_floor import read_floor_seconds
+from tilevm.bench.resume import (
+    NotResumable,
+    check_resumable,
+    load_previous,
+    measured_rows,
+    part_of,
+    pending,
+)
 from tilevm.bench.roofline import add_read_floor, finish_row, measure_ceilings
 from tilevm.bench.tilevm_adapter import kernels_package, tilevm_matmul_factory
 from tilevm.bench.timing import Timer, graph_per_call
@@ -206,14 +219,19 @@ def _graph_row(row: dict[str, Any], c: Config, prep: Prepared, weights: Weights 
     return graph
 
 
-def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Measure everything `options` selects; the report (see the module docstring)."""
+def run_benchmark(options: Options, log: Callable[[str], None] = print,
+                  previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure everything `options` selects; the report (see the module docstring).
+    With `previous` (a report of the same GPU and timing options: `bench.resume`), its
+    measured rows are kept and only the configurations it lacks are timed."""
     import torch
 
     start = time.perf_counter()
     generator = torch.Generator(device="cuda")
     generator.manual_seed(options.seed)
     env = environment()
+    if previous is not None:
+        check_resumable(previous, env["gpu"], options)
     log(f"qmm: {env['gpu']}, torch {env['torch']}, triton {env['triton']}")
     timer = Timer(options.min_reps, options.l2_flush)
     ceilings = measure_ceilings(timer)
@@ -240,8 +258,13 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
         **peers,
         "options": {k: v for k, v in asdict(options).items()},
         "results": [], "compile": []}
-    configs = plan(options)
-    cublas_times: dict[tuple[str, int, str, str], float] = {}
+    kept = measured_rows(previous["results"]) if previous is not None else []
+    configs = pending(plan(options), kept)
+    if previous is not None:
+        log(f"resuming: {len(kept)} rows kept, {len(configs)} configurations to time")
+    cublas_times: dict[tuple[str, int, str, str], float] = {
+        (r["shape"], r["M"], r["act"], r["method"]): r["seconds"] for r in kept
+        if r["backend"] == "cublas" and r["status"] == "ok" and r.get("seconds")}
     rows: list[dict] = []
     weights: Weights | None = None
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
@@ -296,8 +319,10 @@ def run_benchmark(options: Options, log: Callable[[str], None] = print) -> dict[
         finish_row(row, ceilings, cublas_times)
     if options.read_floor:
         measure_read_floors(rows, timer, report, log)
-    report["results"] = rows
+    report["results"] = [*kept, *rows]
     report["elapsed_s"] = time.perf_counter() - start
+    earlier = [] if previous is None else previous.get("parts") or [part_of(previous, kept)]
+    report["parts"] = [*earlier, part_of(report, rows)]
     return report
 
 
@@ -333,7 +358,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; 0 when it ran or was skipped for want of a GPU, 1 when a kernel
     gave a wrong result or raised."""
     options = parse_options(argv)
+    try:
+        previous = load_previous(options.out) if options.resume else None
+    except NotResumable as err:
+        print(f"qmm: {err}", file=sys.stderr)
+        return 2
     reason = gpu_unavailable_reason()
+    if reason and previous is not None:  # (its results stay as they are)
+        print(f"qmm: skipped: {reason}; {os.path.join(options.out, 'qmm.json')} unchanged")
+        return 0
     if reason:
         report = {"benchmark": "qmm", "status": "skipped", "reason": reason,
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -346,7 +379,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved = os.environ.get("TILEVM_CACHE_DIR")
     os.environ["TILEVM_CACHE_DIR"] = cache
     try:
-        report = run_benchmark(options)
+        report = run_benchmark(options, previous=previous)
+    except NotResumable as err:  # (another GPU or other timing options)
+        print(f"qmm: cannot resume {options.out}: {err}", file=sys.stderr)
+        return 2
     finally:
         if saved is None:
             os.environ.pop("TILEVM_CACHE_DIR", None)
