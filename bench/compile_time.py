@@ -30,7 +30,8 @@ from tilevm.backend.analysis import target
 from tilevm.backend.llvm import codegen, nvptx
 from tilevm.bench.examples import load_example
 from tilevm.kernels import qmm, qmm_staged, qmm_wgmma, qmm_wgmma_shared
-from tilevm.kernels.schedule import Schedule, default_schedule, wgmma
+from tilevm.kernels.schedule import Schedule, wgmma
+from tilevm.kernels.tilings import default_schedule
 
 EXAMPLES = [
     ("vector_add", "vector_add", {"block": 1024}),

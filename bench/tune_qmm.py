@@ -4,7 +4,7 @@ OUT_DIR [options]` (issue 46's acceptance: what the searches gain over the grid'
 For each cell (weight type x layer shape x M), as `vmc tune --qmm` does for one problem
 but without storing anything in the tuning table:
 
-1. the grid (`kernels.schedule.candidates`, single launches) timed in the tuner's runner,
+1. the grid (`kernels.tilings.candidates`, single launches) timed in the tuner's runner,
    `kernels.qmm_search.grid_schedule`: its best is the start;
 2. `kernels.qmm_search.tune_problem` from it within `--budget-s` (levels 1 and 2, and 3
    with `--level3 N` on sm_90), with the final checks (10^7 values against float64,

@@ -18,7 +18,8 @@ from tilevm.kernels.matmul import (
     tuned_schedule,
     warmup,
 )
-from tilevm.kernels.schedule import Schedule, candidates, default_schedule
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.tilings import candidates, default_schedule
 from tilevm.kernels.weight_format import (
     FRAGMENTS,
     ROW_PACKED,

@@ -43,13 +43,8 @@ from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.qmm_streamk import qmm_streamk_kernel, streamk_slots, streamk_units
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
-from tilevm.kernels.schedule import (
-    SPACE_VERSION,
-    Schedule,
-    candidates,
-    default_schedule,
-    k_tile,
-)
+from tilevm.kernels.schedule import Schedule, k_tile
+from tilevm.kernels.tilings import SPACE_VERSION, candidates, default_schedule
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.tune.cache import cache_key, lookup, store

@@ -8,7 +8,7 @@ converted once, by `dequantize_kernel`, at the cost of writing and reading back
 `2 * Np * K` bytes (`schedule.dequant_workspace`). Which one is faster depends on the
 conversion's cost (the dearer it is, the better this pair does: docs/quantized-matmul.md,
 "Measurements"), so it is a tuning candidate beside that kernel
-(`kernels.schedule.candidates`).
+(`kernels.tilings.candidates`).
 
 - `dequantize_kernel`: one block a k-tile (`bk` rows, 32 or 64, inside one group) of
   `32 * num_warps / (bk / 32)` columns: the codes loaded and converted as the

@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass, replace
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm_problem import QmmProblem
-from tilevm.kernels.schedule import Schedule, candidates
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.tilings import candidates
 from tilevm.kernels.weight_format import code_type
 from tilevm.tune.anneal import AnnealResult, anneal_measured
 from tilevm.tune.control_search import ControlSearch, search_controls

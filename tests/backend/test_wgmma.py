@@ -22,7 +22,7 @@ from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
-from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
+from tilevm.kernels.tilings import WGMMA_HALF_ATOM_TILES, wgmma_tile
 from tilevm.layouts.shared_layout import row_major, swizzled
 from tilevm.vm import lang as tv
 

@@ -23,7 +23,7 @@ from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.kernels.qmm_streamk import qmm_streamk_kernel
 from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
 from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
-from tilevm.kernels.schedule import WGMMA_HALF_ATOM_TILES, wgmma_tile
+from tilevm.kernels.tilings import WGMMA_HALF_ATOM_TILES, wgmma_tile
 
 HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)\S* R(\d+),")
 

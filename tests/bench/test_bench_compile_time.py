@@ -8,7 +8,7 @@ import json
 
 from tilevm import dtypes
 from tilevm.bench import compile_time
-from tilevm.kernels.schedule import HALF_ATOM_BITS
+from tilevm.kernels.tilings import HALF_ATOM_BITS
 
 
 def test_every_configuration_specializes_with_a_fresh_kernel():

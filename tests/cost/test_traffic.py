@@ -15,7 +15,8 @@ from tilevm.cost import walk
 from tilevm.cost.traffic import LEVELS, analyze_traffic
 from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel
-from tilevm.kernels.schedule import WGMMA_TILES, Schedule, wgmma_tile
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.tilings import WGMMA_TILES, wgmma_tile
 from tilevm.vm import lang as tv
 
 matmul = importlib.import_module("tilevm.examples.matmul").matmul

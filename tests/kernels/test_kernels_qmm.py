@@ -31,24 +31,21 @@ from kernel_harness import (
 
 from tilevm import dtypes
 from tilevm.ir.errors import VMError
-from tilevm.kernels import matmul, schedule
+from tilevm.kernels import matmul, tilings
 from tilevm.kernels.matmul import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes, workspace_order
 from tilevm.kernels.qmm_dequant import dequantize_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
 from tilevm.kernels.qmm_wgmma import REGISTER_A_AHEAD
-from tilevm.kernels.schedule import (
+from tilevm.kernels.schedule import Schedule, k_tile, staged, wgmma
+from tilevm.kernels.tilings import (
     WGMMA_HALF_ATOM_TILES,
     WGMMA_TILES,
     WGMMA_TILES_BESIDE_SHARED,
-    Schedule,
     candidates,
     default_schedule,
     dequant_schedule,
-    k_tile,
     middle_tiles,
-    staged,
-    wgmma,
     wgmma_tile,
 )
 from tilevm.kernels.weight_format import (
@@ -450,9 +447,9 @@ def test_splits_take_whole_chunks_of_unroll_groups_and_stages_are_even():
     assert Schedule(bk=64, unroll=2).fits(1024, 64)
     # deepen: three k-tiles in flight, 4 per loop iteration, when the problem allows it
     s = Schedule(bm=8, bk=64, num_warps=2, split_k=4, swap_ab=True)
-    assert schedule.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
+    assert tilings.deepen(s, 4096, 128) == Schedule(bm=8, bk=64, num_warps=2, split_k=4,
                                                       swap_ab=True, prefetch=3, unroll=2)
-    assert schedule.deepen(s, 4096 + 128, 128) == s  # 33 groups: no whole chunks of 2
+    assert tilings.deepen(s, 4096 + 128, 128) == s  # 33 groups: no whole chunks of 2
     # the default fetches one k-tile ahead (the deeper pipeline is the tuner's to try)
     assert default_schedule(1, 12288, 4096, 128).prefetch == 1
     assert default_schedule(16, 12288, 4096, 128).prefetch == 1
@@ -483,7 +480,7 @@ def test_m_buckets():
 
 
 def test_schedule_module_names_its_space():
-    assert schedule.Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
+    assert Schedule().constants() == {"bm": 16, "bk": 32, "num_warps": 1,
                                                "split_k": 1, "x_shared": True,
                                                "prefetch": 1, "swap_ab": False,
                                                "unroll": 1}
@@ -801,7 +798,7 @@ def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
     M, K, N = 16, 1024, 768
     qw = quantize(torch.randn(K, N, device="cuda"), "int4", 128, format=FRAGMENTS)
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    todo = schedule.candidates(M, N, K, 128, hopper=matmul.is_hopper(x.device), bits=4)
+    todo = tilings.candidates(M, N, K, 128, hopper=matmul.is_hopper(x.device), bits=4)
     best, report = matmul.tune(x, qw, reps=3, ranked=True)
     assert report["candidates"] == len(todo)
     gpu = gpu_for_device(torch.cuda.get_device_name())
@@ -962,10 +959,10 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     and k-tile pairs from 65 rows), beside the
     streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
     elsewhere no wgmma kernel splits K."""
-    for bits, tilings in ((4, 2), (3, 1)):
+    for bits, tiles in ((4, 2), (3, 1)):
         found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
         split = [s for s in found if s.wgmma and s.num_warps == 4]
-        assert len(split) == 5 * tilings and {s.split_k for s in split} == {1, 2, 3, 4, 8}
+        assert len(split) == 5 * tiles and {s.split_k for s in split} == {1, 2, 3, 4, 8}
         assert all(s.bm == 64 for s in found if s.wgmma)
         assert {s.half_atoms for s in split} == ({False, True} if bits == 4 else {False})
         assert [s.split_k for s in found if s.num_warps == 8] == ([1] if bits == 4 else [])

@@ -12,13 +12,12 @@ import pytest
 
 from tilevm import dtypes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
-from tilevm.kernels.schedule import (
+from tilevm.kernels.schedule import Schedule, k_tile
+from tilevm.kernels.tilings import (
     DEQUANT_WORKSPACE_LIMIT,
-    Schedule,
     candidates,
     dequant_schedule,
     dequant_workspace,
-    k_tile,
 )
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import quantize

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilevm.kernels import schedule as sch
+from tilevm.kernels import tilings as sch
 from tilevm.kernels.qmm_problem import SPECIAL_F16, qmm_problem
+from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.weight_format import FRAGMENTS, unpack_weights
 from tilevm.vm import interpreter
 
@@ -42,7 +43,7 @@ def test_the_gate_set_runs_in_the_interpreter_and_writes_every_output():
 
 
 def test_dequant_schedules_are_two_launches():
-    s = sch.Schedule(bm=256, bk=64, num_warps=8, stages=4, lead=2, wgmma=True, dequant=True)
+    s = Schedule(bm=256, bk=64, num_warps=8, stages=4, lead=2, wgmma=True, dequant=True)
     with pytest.raises(ValueError, match="two kernels"):
         qmm_problem(s, "int4", 4096, 4096, 4096)
 

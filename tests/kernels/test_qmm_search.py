@@ -12,7 +12,7 @@ import pytest
 from tilevm.ir.printer import format_program
 from tilevm.kernels import qmm_search
 from tilevm.kernels.qmm_search import schedule_space
-from tilevm.kernels.schedule import candidates
+from tilevm.kernels.tilings import candidates
 from tilevm.tune.runner import Outcome
 
 
@@ -153,7 +153,7 @@ def test_gpu_tune_problem_on_a_small_problem():
     checks pass on the kept kernel, and it is never slower head to head than the
     start."""
     from tilevm.backend.launch import current_arch
-    from tilevm.kernels.schedule import default_schedule
+    from tilevm.kernels.tilings import default_schedule
 
     hopper = current_arch() == "sm_90a"
     M, N, K = 16, 512, 1024

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from tilevm.kernels.qmm_search import schedule_point, schedule_space
-from tilevm.kernels.schedule import Schedule, candidates
+from tilevm.kernels.schedule import Schedule
+from tilevm.kernels.tilings import candidates
 from tilevm.tune.space import Knob, Space
 
 PROBLEMS = [(1, 12288, 4096), (16, 4096, 14336), (64, 28672, 4096), (256, 57344, 8192),

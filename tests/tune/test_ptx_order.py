@@ -20,7 +20,7 @@ from tilevm.bench.examples import load_example
 from tilevm.cli import main
 from tilevm.dtypes import parse
 from tilevm.kernels.matmul import schedule_kernel
-from tilevm.kernels.schedule import default_schedule
+from tilevm.kernels.tilings import default_schedule
 from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
 from tilevm.tune.variants import ordered_ptx
 
