@@ -346,7 +346,7 @@ def schedule_program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
 
 def _wide_stores(s: Schedule, N: int) -> dict[str, bool]:
     """The Hopper kernels' `wide_stores` constant: y goes through shared memory, 16 bytes
-    a thread, where its rows are 16-byte aligned (`qmm_wgmma.store_transposed`)."""
+    a thread, where its rows are 16-byte aligned (`wgmma_epilogue.store_transposed`)."""
     return {"wide_stores": N % 8 == 0} if s.wgmma and not s.stream_k else {}
 
 

@@ -50,7 +50,9 @@ from tilevm.cost.hardware import GPU
 from tilevm.cost.model import Resources, blocks_per_sm, waves
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type, splitk_sizes
-from tilevm.kernels.qmm_wgmma import split_range, store_output, wgmma_mainloop
+from tilevm.kernels.qmm_wgmma import wgmma_mainloop
+from tilevm.kernels.wgmma_epilogue import store_output
+from tilevm.kernels.wgmma_grid import split_range
 from tilevm.layouts import local
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel

@@ -33,9 +33,10 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type
-from tilevm.kernels.qmm_wgmma import grouped_tiles, store_transposed, x_sharing_tiles
 from tilevm.kernels.qmm_wgmma_shared import dequantized
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
+from tilevm.kernels.wgmma_epilogue import store_transposed
+from tilevm.kernels.wgmma_grid import grouped_tiles, x_sharing_tiles
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled

@@ -43,13 +43,12 @@ from tilevm.kernels.qmm_wgmma import (
     codes_as,
     copy_ktile,
     load_codes,
-    operand_views,
     scaled,
-    store_transposed,
-    tile_of,
     wgmma_layouts,
 )
 from tilevm.kernels.weight_format import ATOM
+from tilevm.kernels.wgmma_epilogue import store_transposed
+from tilevm.kernels.wgmma_grid import operand_views, tile_of
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 

@@ -46,7 +46,7 @@ round trip (no ldmatrix, no conversion of x).
   apart only with an even number of stages (the loop is unrolled `stages` times; with an
   odd number it serializes every wgmma, C7513);
 - blocks take their tiles in groups of `group_m` row tiles (`grouped_tiles`), so that
-  the blocks running at once share weight tiles in L2;
+  the blocks running at once share weight tiles in L2 (`kernels.wgmma_grid`);
 - with `pair_k` (two warpgroups of half atoms) a block computes 64 columns and its
   warpgroups take the two k-tiles of each pair (2t, 2t + 1) of them: warps 4-7 load and
   convert the second k-tile's codes of the same atoms (`paired_views`), each stage's x
@@ -68,15 +68,10 @@ from typing import NamedTuple
 
 from tilevm.dtypes import DataType
 from tilevm.ir.stmt import WARPGROUP_WARPS
-from tilevm.kernels.qmm import (
-    activation_type,
-    fetch_ahead,
-    park_partial_sums,
-    parts_total,
-    reset_count,
-    shift_ahead,
-)
+from tilevm.kernels.qmm import activation_type, fetch_ahead, shift_ahead
 from tilevm.kernels.weight_format import ATOM, atom_code_layout, half_atom_code_layout
+from tilevm.kernels.wgmma_epilogue import release, store_output
+from tilevm.kernels.wgmma_grid import block_rows, block_tile
 from tilevm.layouts import RegisterLayout, local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_a, mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
@@ -353,205 +348,6 @@ def scaled(wt, scales, zeros, lay: WgmmaLayouts, pair_k: bool = False):
     if zeros is not None:
         wt = wt - per_column(zeros)
     return tv.view(wt * per_column(scales), wt.dtype, [lay.bn, lay.bk], lay.a)
-
-
-def split_range(z, K, chunk: int, split_k: int):
-    """Rows [begin, end) of K that split `z` of `split_k` takes: whole iterations of the
-    main loop (`chunk` rows), the C = ceil(K / chunk) of them shared out so that splits
-    differ by at most one (`end` may pass K). A compile-time helper."""
-    iterations = tv.cdiv(K, chunk)
-    return z * iterations // split_k * chunk, (z + 1) * iterations // split_k * chunk
-
-
-@tv.inline
-def store_output(y, ws, counters, acc, acc_layout, act: DataType, M, N, bm: int, bn: int,
-                 n_tile, n0, m0, split_k: int, num_warps: int, buffers, wide_stores: bool,
-                 split_cluster: bool = False):
-    """The block's tile of y from its accumulators `acc` (`wgmma_mainloop`'s): stored
-    transposed; with `split_k`, its partial sums parked in the workspace `ws` and the
-    tile's last block to arrive (`counters`) adds the splits in order and stores, as in
-    `kernels.qmm` (`park_partial_sums`). With `split_cluster` the tile's splits are one
-    cluster instead: each but the first leaves its sums in its shared memory, and after
-    the cluster barrier the first adds them to its own, in split order, and stores."""
-    if split_cluster:
-        part = tv.alloc_shared(tv.f32, [bn, bm])
-        split = split_slot(split_k, split_cluster)
-        if split != 0:
-            tv.store_shared(part, acc)
-        tv.cluster_sync()
-        if split == 0:
-            total = acc
-            for peer in range(1, split_k):
-                total = total + tv.load_shared(part, [0, 0], [bn, bm], layout=acc_layout,
-                                               peer=peer)
-            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps,
-                             buffers, wide_stores)
-    elif split_k > 1:
-        tiles_n = tv.cdiv(N, bn)
-        tiles = tiles_n * tv.cdiv(M, bm)
-        tile = m0 // bm * tiles_n + n_tile
-        parts, arrived = park_partial_sums(ws, counters, acc, split_k, tiles, tile,
-                                           split_slot(split_k, split_cluster))
-        if wide_stores:  # released here, where every thread passes: the last block's
-            release(buffers)  # tile of y may then take their bytes (a barrier in the
-            # branch below frees none for the shared-memory plan: it may not be taken)
-        if arrived == split_k - 1:
-            total = parts_total(parts, split_k, tile, acc)
-            store_transposed(y, total, acc_layout, act, M, N, n0, m0, num_warps, (),
-                             wide_stores)
-            reset_count(counters, tiles, tile)
-    else:
-        store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps, buffers,
-                         wide_stores)
-
-
-def block_tile(x, w, scales, zeros, M, N, K, bits: int, bm: int, bn: int,
-               group_size: int, group_m: int, lane_run: tuple[int, ...] | None = None,
-               split_k: int = 1, wait_previous: bool = True, split_cluster: bool = False,
-               cluster_n: int = 1):
-    """The launch grid and this block's tile, as the prefill kernels share them (a
-    compile-time helper): (column tile, its first column n0, first row m0, and the views
-    x^T [K, M] (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to
-    the format's 32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat),
-    scales and zeros [Np, K / group_size]). Without `wait_previous` the block does not
-    wait for the previous kernel (a consumer that waits for its producer's tiles
-    instead, docs/tile-sync.md). With `split_cluster` the `split_k` splits of a tile are
-    consecutive blocks along x, one cluster (`split_slot`); with `cluster_n` that many
-    adjacent column tiles of a row tile are (`x_sharing_tiles`)."""
-    tv.assume(K % group_size == 0)
-    tv.assume(K % ATOM == 0)
-    tiles_n, tiles_m = tv.cdiv(N, bn), tv.cdiv(M, bm)
-    if cluster_n > 1:
-        n_tile, m_tile = x_sharing_tiles(tiles_n, tiles_m, group_m, cluster_n)
-    elif split_cluster:
-        tv.cluster(split_k)
-        tv.grid(tiles_n * split_k, tiles_m)
-    else:
-        tv.grid(tiles_n, tiles_m, *((split_k,) if split_k > 1 else ()))
-    # Programmatic dependent launch (sm_90): the next kernel may start now; this one
-    # waits for the previous one here, before touching memory.
-    tv.launch_dependents()
-    if wait_previous:
-        tv.wait_prerequisites()
-    if cluster_n == 1:
-        n_tile, m_tile = grouped_tiles(tiles_n, tiles_m, group_m,
-                                       split_k if split_cluster else 1)
-    n0, m0 = n_tile * bn, m_tile * bm
-    return (n_tile, n0, m0,
-            *operand_views(x, w, scales, zeros, M, N, K, bits, group_size, lane_run))
-
-
-def operand_views(x, w, scales, zeros, M, N, K, bits: int, group_size: int,
-                  lane_run: tuple[int, ...] | None = None) -> tuple:
-    """The prefill kernels' views of their operands (a compile-time helper): x^T [K, M]
-    (K contiguous), codes [K / 32, Np / 32, 32, *lane_run] (Np: N padded to the format's
-    32; `lane_run` the shape of a lane's 4 * bits bytes, by default flat), scales and
-    zeros [Np, K / group_size]."""
-    Np = tv.cdiv(N, ATOM) * ATOM  # the format's padded width
-    gxt = tv.global_view(x, [K, M], strides=[1, K])
-    gw = tv.global_view(w, [K // ATOM, Np // ATOM, 32, *(lane_run or (4 * bits,))])
-    gs = tv.global_view(scales, [Np, K // group_size], strides=[1, Np])
-    gz = tv.global_view(zeros, [Np, K // group_size], strides=[1, Np])
-    return gxt, gw, gs, gz
-
-
-def grouped_tiles(tiles_n, tiles_m, group_m: int, blocks_a_tile: int = 1):
-    """(column tile, row tile) of this block: the blocks, in launch order, take the
-    tiles of `group_m` row tiles a column tile at a time (row tile fastest), then the
-    next `group_m` rows (a compile-time helper of the kernel); `blocks_a_tile`
-    consecutive blocks along x take the same tile (a cluster's splits).
-
-    Why: the blocks that run at once then share their weight tiles through L2, and a
-    group's x rows stay there while its columns go by; DRAM reads each weight tile
-    once per group instead of once per wave. In launch order (column tile fastest) a
-    wave of blocks spans all columns of two or three row tiles, the whole weight
-    matrix, which does not stay in L2: DRAM then reads the weights many times over,
-    and most stalls wait on global loads. Groups of 8 row tiles (the kernels' default
-    `group_m`) did best of the group sizes tried."""
-    column = tv.block_idx(0) // blocks_a_tile if blocks_a_tile > 1 else tv.block_idx(0)
-    return tile_of(tv.block_idx(1) * tiles_n + column, tiles_n, tiles_m, group_m)
-
-
-def block_rows(K, chunk: int, split_k: int, split_cluster: bool = False):
-    """(first row, rows) of K this block takes: all of K, or with `split_k` its split's
-    `split_range` (a compile-time helper)."""
-    if split_k == 1:
-        return 0, K
-    begin, end = split_range(split_slot(split_k, split_cluster), K, chunk, split_k)
-    return begin, end - begin
-
-
-def release(buffers) -> None:
-    """Free the main loop's shared `buffers` behind a barrier every warp passes, so that
-    a tile allocated next may take their bytes (a compile-time helper)."""
-    for buf in buffers:
-        tv.free_shared(buf)
-    tv.sync()  # every warp is done with them
-
-
-def split_slot(split_k: int, split_cluster: bool):
-    """Which of its tile's `split_k` splits this block is (`block_tile`'s grid; a
-    compile-time helper)."""
-    return tv.block_idx(0) % split_k if split_cluster else tv.block_idx(2)
-
-
-def tile_of(tile, tiles_n, tiles_m, group_m: int):
-    """(column tile, row tile) of the `tile`-th tile in `grouped_tiles`' order (a
-    compile-time helper; a persistent kernel's blocks walk several)."""
-    per_group = group_m * tiles_n
-    first = tile // per_group * group_m
-    rows = tv.min(tiles_m - first, group_m)
-    return tile % per_group // rows, first + tile % per_group % rows
-
-
-def x_sharing_tiles(tiles_n, tiles_m, group_m: int, cluster: int):
-    """Launch clusters of `cluster` adjacent column tiles of one row tile, which share
-    x's tiles (`tv.copy_async(..., multicast=True)`), and return this block's (column
-    tile, row tile): the clusters take `grouped_tiles`' order, the last one's columns
-    may reach past N (a compile-time helper)."""
-    tv.cluster(cluster)
-    groups_n = tv.cdiv(tiles_n, cluster)
-    tv.grid(groups_n * cluster, tiles_m)
-    n_group, m_tile = tile_of(tv.block_idx(1) * groups_n + tv.block_idx(0) // cluster,
-                              groups_n, tiles_m, group_m)
-    return n_group * cluster + tv.block_idx(0) % cluster, m_tile
-
-
-def store_transposed(y, acc, acc_layout, act, M, N, n0, m0, num_warps: int,
-                     buffers=(), wide: bool = True) -> None:
-    """Store the block's tile of y^T, `acc` `[bn, bm]` in f32 (`acc_layout`: mma C
-    fragments), into y `[M, N]` at rows `m0`, columns `n0`, masked to M x N (a
-    compile-time helper of the Hopper kernels).
-
-    A thread's fragments hold two values of a row of y 16 bytes apart, so stored as
-    they are (`wide=False`) each is a 2-byte store and a warp's store touches eight
-    rows. With `wide` the tile goes through shared memory instead: the `buffers` (the
-    main loop's stages, which the whole tile then reuses) are freed, each thread writes
-    its values, and after a barrier reads back and stores 16 contiguous bytes of a row
-    of y: for a 256 x 128 tile, 16 global stores a thread instead of 128, for 128
-    2-byte shared stores and 32 8-byte shared loads, which is faster. `wide` needs
-    N % 8 == 0 (the 16-byte pieces of a row are then aligned; checked before launch).
-
-    The shared tile's rows are padded by 8 bytes, unswizzled (2-byte shared stores): the
-    planner's swizzled layout (`stmatrix` stores) was no faster."""
-    bn, bm = acc_layout.shape
-    threads = 32 * num_warps
-    per_row = bn // 8  # threads along a row of the tile: 16 bytes each
-    if not wide or bm * bn % (8 * threads) or threads % per_row:  # (tiles too small)
-        tv.store_global(tv.global_view(y, [N, M], strides=[1, N]), tv.cast(acc, act),
-                        [n0, m0])
-        return
-    tv.assume(N % 8 == 0)
-    tile = tv.view(tv.cast(acc, act), act, [bm, bn], acc_layout.permute((1, 0)))
-    release(buffers)  # (the tile takes their bytes)
-    padded = SharedLayout((bm, bn), (bn + 4, 1), act.bits)  # 8 bytes a row
-    out = tv.alloc_shared(act, [bm, bn], layout=padded)
-    tv.store_shared(out, tile)
-    tv.sync()
-    rows = local(bm * bn // (8 * threads), 1).spatial(threads // per_row, per_row) \
-        .local(1, 8)
-    tv.store_global(tv.global_view(y, [M, N]),
-                    tv.load_shared(out, [0, 0], [bm, bn], layout=rows), [m0, n0])
 
 
 @tv.inline

@@ -30,7 +30,7 @@ cuBLAS's speed). Here:
   rewritten only once the wgmmas reading it are retired, which needs
   `lead <= stages - 2` (the wait analysis keeps the previous k-tile's group in flight
   across the barrier then; with less room it waits, still correct);
-- blocks take their tiles in groups of `group_m` row tiles (`qmm_wgmma.block_tile`);
+- blocks take their tiles in groups of `group_m` row tiles (`wgmma_grid.block_tile`);
 - with `split_k` a tile's K is split as in `kernels.qmm_wgmma` (whole loop iterations a
   block, `block_rows`; the partial sums parked in the workspace and added by the tile's
   last block, `store_output`): a layer of few 256 x 128 tiles (8B down: 32) fills the
@@ -53,8 +53,10 @@ from functools import cache
 
 from tilevm.dtypes import DataType
 from tilevm.kernels.qmm import activation_type, fetch_ahead, shift_ahead
-from tilevm.kernels.qmm_wgmma import block_rows, block_tile, copy_scales, store_output
+from tilevm.kernels.qmm_wgmma import copy_scales
 from tilevm.kernels.weight_format import ATOM, ATOM_LAYOUT, atom_code_layout
+from tilevm.kernels.wgmma_epilogue import store_output
+from tilevm.kernels.wgmma_grid import block_rows, block_tile
 from tilevm.layouts import local, replicated, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import swizzled

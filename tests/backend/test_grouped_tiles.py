@@ -1,10 +1,10 @@
-"""`qmm_wgmma.grouped_tiles`, the order in which the prefill kernel's blocks take their
+"""`wgmma_grid.grouped_tiles`, the order in which the prefill kernel's blocks take their
 tiles, in the interpreter: a bijection onto the tiles, in group order."""
 
 import numpy as np
 import pytest
 
-from tilevm.kernels.qmm_wgmma import grouped_tiles
+from tilevm.kernels.wgmma_grid import grouped_tiles
 from tilevm.layouts import replicated
 from tilevm.vm import lang as tv
 
@@ -12,7 +12,7 @@ from tilevm.vm import lang as tv
 @pytest.mark.parametrize("tiles_n, tiles_m, group_m", [(5, 7, 3), (4, 2, 16), (3, 6, 2),
                                                        (1, 5, 1)])
 def test_grouped_tiles_cover_every_tile_once_in_group_order(tiles_n, tiles_m, group_m):
-    """`qmm_wgmma.grouped_tiles`: every (column, row) tile exactly once; in launch order,
+    """`wgmma_grid.grouped_tiles`: every (column, row) tile exactly once; in launch order,
     `group_m` row tiles at a time, row tile fastest (a last group may be smaller)."""
     @tv.kernel(num_warps=1)
     def tiles(out: tv.ptr(tv.int32), TN: tv.int32, TM: tv.int32):

@@ -18,9 +18,9 @@ from tilevm.kernels.mlp_sync import (
     split_of,
     workspace,
 )
-from tilevm.kernels.qmm_wgmma import split_range
 from tilevm.kernels.weight_format import FRAGMENTS, pack_weights
 from tilevm.kernels.weights import QuantizedWeight
+from tilevm.kernels.wgmma_grid import split_range
 from tilevm.vm import lang as tv
 from tilevm.vm.interpreter import run, run_together
 

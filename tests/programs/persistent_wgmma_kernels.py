@@ -11,7 +11,7 @@ into the buffers they have released."""
 from functools import cache
 
 from tilevm.kernels.qmm import activation_type
-from tilevm.kernels.qmm_wgmma import tile_of
+from tilevm.kernels.wgmma_grid import tile_of
 from tilevm.layouts import local, spatial
 from tilevm.layouts.fragments import mma_m16n8k16_c
 from tilevm.layouts.shared_layout import SharedLayout, swizzled
