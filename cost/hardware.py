@@ -123,9 +123,11 @@ GPUS: dict[str, GPU] = {
     "h100": GPU(name="h100", product="H100 SXM5 80GB", device_name="H100 80GB HBM3",
                 dram_bandwidth=3.35e12, **_HOPPER),
     # H200 SXM 141GB datasheet: the H100's GH100 with 141 GB of HBM3e at 4.8 TB/s; the
-    # same SMs, clock and tensor rate (1979 TFLOP/s sparse).
+    # same SMs, clock and tensor rate (1979 TFLOP/s sparse). L2: 60 MiB as the driver
+    # reports it (cudaDevAttrL2CacheSize 62,914,560 on an H200, 2026-11-28), 10 more
+    # than the H100 enables of the die's.
     "h200": GPU(name="h200", product="H200 SXM 141GB", device_name="H200",
-                dram_bandwidth=4.8e12, **_HOPPER),
+                dram_bandwidth=4.8e12, **{**_HOPPER, "l2_bytes": 60 * MIB}),
     # A100 SXM4 80GB datasheet: 2039 GB/s HBM2e, 312 TFLOP/s f16 tensor dense (624
     # sparse), 19.5 TFLOP/s FP32; whitepaper: 108 SMs, 1410 MHz boost, 40 MB L2.
     # Programming Guide, sm_80: 2048 threads, 64 warps, 32 blocks per SM, 164 KiB of

@@ -19,6 +19,17 @@ def test_gpu_by_name_in_any_case():
     assert {g.arch for g in GPUS.values()} == {"sm_90a", "sm_80", "sm_89"}
 
 
+def test_the_h200_is_the_h100s_chip_with_more_memory_and_l2():
+    """The L2 sizes the drivers report (cudaDevAttrL2CacheSize): 52,428,800 bytes on an
+    H100 80GB HBM3, 62,914,560 on an H200; the rest of the chip alike."""
+    h100, h200 = gpu("h100"), gpu("h200")
+    assert (h100.l2_bytes, h200.l2_bytes) == (52_428_800, 62_914_560)
+    assert h200.dram_bandwidth > h100.dram_bandwidth
+    same = ("sm_count", "clock_hz", "tensor_peak", "fma_peak", "shared_bytes_per_sm",
+            "registers_per_sm", "arch")
+    assert all(getattr(h100, f) == getattr(h200, f) for f in same)
+
+
 @pytest.mark.parametrize("bad, error", [("v100", ValueError), ("", ValueError),
                                         (100, TypeError)])
 def test_an_unknown_gpu_names_the_known_ones(bad, error):
