@@ -529,7 +529,8 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
     todo = candidates(M, N, K, qw.group_size, hopper=is_hopper(x.device),
                       bits=qw.dtype.bits)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    flush = torch.empty(64 << 20, dtype=torch.uint8, device=x.device)  # > L2 (50 MB)
+    l2 = torch.cuda.get_device_properties(x.device).L2_cache_size  # (H100 50, H200 60 MiB)
+    flush = torch.empty(max(64 << 20, 2 * l2), dtype=torch.uint8, device=x.device)
     start = time.perf_counter()
     _progress(f"compiling {len(todo)} qmm variants", 0, len(todo))
     _prebuild(qw, todo, N)
