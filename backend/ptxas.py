@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "SUPPORTED_ARCHS", "KernelResources", "ResourceReport", "PTXError", "PtxasNotFoundError",
-    "check_ptx", "assemble", "find_ptxas", "find_cuda_tool", "CudaToolNotFoundError",
-    "ptxas_version", "parse_report", "annotate_log",
+    "check_ptx", "assemble", "disassemble", "find_ptxas", "find_cuda_tool",
+    "CudaToolNotFoundError", "ptxas_version", "parse_report", "annotate_log",
 ]
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
@@ -292,6 +292,23 @@ def _assemble(ptx: str, arch: str, max_registers: int | None, options: Sequence[
         with open(out, "rb") as f:
             cubin = f.read()
     return log, cubin, exe
+
+
+def disassemble(cubin: bytes, *, timeout: float = 300.0) -> str:
+    """nvdisasm's text of a cubin's code sections (`nvdisasm -c`: the machine code, each
+    instruction with its address and encoding). nvdisasm not found:
+    `CudaToolNotFoundError`; one that refuses the cubin: `RuntimeError` with its words."""
+    exe = find_cuda_tool("nvdisasm")
+    with tempfile.TemporaryDirectory(prefix="tilevm-sass-") as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        proc = subprocess.run([exe, "-c", path], capture_output=True, text=True,
+                              timeout=timeout)
+    if proc.returncode != 0 or "error" in proc.stderr:
+        raise RuntimeError(f"nvdisasm could not disassemble the cubin: "
+                           f"{proc.stderr.strip()[:500]}")
+    return proc.stdout
 
 
 _LINE_RE = re.compile(r"line (\d+);")

@@ -82,6 +82,8 @@ def _cmd_layout(args: argparse.Namespace) -> None:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
+    if args.check and args.emit != "ptx":
+        raise CLIError("--check runs ptxas on PTX; it needs --emit ptx")
     settings = settings_of(args.set)
     _, kernel = load_target(args.target)
     try:
@@ -101,14 +103,15 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             text = str(generate(pipeline.run_passes(program, arch=args.arch)))
         else:
             text = pipeline.compile_program(program, args.arch).ptx
+            if args.emit == "sass":  # (ptxas, then nvdisasm: both from a CUDA toolkit)
+                text = ptxas.disassemble(ptxas.assemble(text, args.arch))
     except VMError as err:
         raise CLIError(str(err)) from None
-    except (target.TargetError, ValueError) as err:
+    except (target.TargetError, ValueError, RuntimeError, ptxas.PTXError,
+            ptxas.PtxasNotFoundError, ptxas.CudaToolNotFoundError) as err:
         raise CLIError(str(err)) from None
     write_output(args.output, text)
     if args.check:
-        if args.emit != "ptx":
-            raise CLIError("--check runs ptxas on PTX; it needs --emit ptx")
         try:
             report = ptxas.check_ptx(text, args.arch)
         except (ptxas.PTXError, ptxas.PtxasNotFoundError) as err:
@@ -143,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "non-zero status.",
         epilog="examples: vmc compile examples/vector_add.py -o vadd.ptx --arch sm_90 --check\n"
                "          vmc compile examples/vector_add.py --emit ir --set block=256\n"
+               "          vmc compile examples/vector_add.py --emit sass --arch sm_90a\n"
                "          vmc compile examples/vector_add.py --dump-after infer_layouts",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="FILE.py[:KERNEL]",
@@ -152,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sm_80, sm_86, sm_89, sm_90 or sm_90a (default sm_80)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="a compile-time constant (a Python literal or a type name); repeatable")
-    p.add_argument("--emit", choices=("ir", "llvm", "ptx"), default="ptx",
-                   help="what to write: the VM IR, the LLVM IR, or PTX (default)")
+    p.add_argument("--emit", choices=("ir", "llvm", "ptx", "sass"), default="ptx",
+                   help="what to write: the VM IR, the LLVM IR, PTX (default), or the "
+                        "machine code ptxas makes of it, as nvdisasm prints it")
     p.add_argument("--dump-after", metavar="PASS",
                    help="print the IR after this pass and stop (passes: verify, infer_layouts)")
     p.add_argument("--check", action="store_true",

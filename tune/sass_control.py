@@ -37,14 +37,11 @@ The ELF is read only as far as needed: the section headers and their names. A ke
 
 from __future__ import annotations
 
-import os
 import re
 import struct
-import subprocess
-import tempfile
 from dataclasses import dataclass, replace
 
-from tilevm.backend.ptxas import find_cuda_tool
+from tilevm.backend.ptxas import disassemble as sass_text
 
 __all__ = ["Control", "Cubin", "KernelCode", "CubinError", "INSTRUCTION_BYTES",
            "disassemble", "same_instructions"]
@@ -177,16 +174,12 @@ def disassemble(cubin: Cubin) -> list[str] | None:
     """nvdisasm's instructions of the cubin (addresses, `.reuse` flags and blanks
     dropped: it prints a padding `NOP` with a stall as `NOP ;`), or None where nvdisasm
     refuses an encoding."""
-    with tempfile.TemporaryDirectory(prefix="tilevm-sass.") as folder:
-        path = os.path.join(folder, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin.data)
-        proc = subprocess.run([find_cuda_tool("nvdisasm"), "-c", path], capture_output=True,
-                              text=True, timeout=300)
-    if proc.returncode != 0 or "error" in proc.stderr:
+    try:
+        text = sass_text(cubin.data)
+    except RuntimeError:
         return None
     return ["".join(_REUSE.sub("", line.split("*/", 1)[1]).split())
-            for line in proc.stdout.splitlines()
+            for line in text.splitlines()
             if line.strip().startswith("/*") and ";" in line]
 
 

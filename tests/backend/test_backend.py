@@ -16,6 +16,7 @@ from kernel_harness import (
 )
 
 import tilevm as tv
+from tilevm.backend import ptxas
 from tilevm.backend.llvm.context import _broadcast_map
 from tilevm.backend.passes.infer_layouts import default_layout
 from tilevm.backend.pipeline import PASS_NAMES, run_passes
@@ -130,11 +131,32 @@ def test_vmc_compile_emits_ir_llvm_and_dumps_passes(capsys):
     assert PASS_NAMES[0] == "verify"
 
 
+def test_vmc_compile_emits_the_machine_code_ptxas_makes(capsys):
+    """`--emit sass`: the PTX through ptxas, then nvdisasm (the test extras' wheels): the
+    kernel's function, its global load and store and its exit, in sm_90a's encoding."""
+    status, sass, err = vmc(capsys, "compile", str(ROOT / "examples" / "vector_add.py"),
+                            "--emit", "sass", "--arch", "sm_90a")
+    assert status == 0, err
+    assert ".target\tsm_90a" in sass and ".text.vector_add" in sass
+    assert all(op in sass for op in ("LDG.E", "STG.E", "EXIT"))
+
+
+def test_vmc_compile_says_when_nvdisasm_is_missing(capsys, monkeypatch):
+    def missing(name):
+        raise ptxas.CudaToolNotFoundError(f"{name} was not found (test)")
+
+    monkeypatch.setattr(ptxas, "find_cuda_tool", missing)
+    status, _, err = vmc(capsys, "compile", str(ROOT / "examples" / "vector_add.py"),
+                         "--emit", "sass", "--arch", "sm_90a")
+    assert status != 0 and "nvdisasm was not found (test)" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--arch", "sm_75"], "unknown GPU architecture"),
     (["--dump-after", "nope"], "no pass named"),
     (["--set", "block=0"], ""),
     (["--emit", "ir", "--check"], "needs --emit ptx"),
+    (["--emit", "sass", "--check"], "needs --emit ptx"),
 ])
 def test_vmc_compile_errors(args, message, capsys):
     status, _, err = vmc(capsys, "compile", str(ROOT / "examples" / "vector_add.py"), *args)
