@@ -16,16 +16,19 @@ written atomically); later calls, in this process or another, read it. A progres
 on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024, 4096, larger) so one
 tuning serves every M of a bucket.
 
+A call's launches (the kernels a schedule runs, prepared once per call shape and
+stream) are `kernels.matmul_launch`'s; this module holds the calls, the PyTorch
+operator and the tuner.
+
 Memory: split-K keeps an f32 workspace per stream (grown as needed); for many rows on
 Hopper the tuner may pick the dequantize-then-multiply pair (`kernels.qmm_dequant`),
 whose calls each allocate W^T in x's type, `2 * Np * K` bytes, only where that is at
-most `schedule.DEQUANT_WORKSPACE_LIMIT` (1 GiB), from torch's caching allocator.
+most `tilings.DEQUANT_WORKSPACE_LIMIT` (1 GiB), from torch's caching allocator.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
 import weakref
@@ -33,23 +36,25 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
-from tilevm.backend.launch import compiled_kernel
-from tilevm.backend.prebuild import prebuild
 from tilevm.cost.hardware import gpu_for_device
-from tilevm.cost.model import Resources
-from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
-from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
-from tilevm.kernels.qmm_staged import qmm_staged_kernel
-from tilevm.kernels.qmm_streamk import qmm_streamk_kernel, streamk_slots, streamk_units
-from tilevm.kernels.qmm_wgmma import qmm_wgmma_kernel
-from tilevm.kernels.qmm_wgmma_shared import qmm_wgmma_shared_kernel
-from tilevm.kernels.schedule import Schedule, k_tile
+from tilevm.kernels.matmul_launch import (
+    Plan,
+    gpu_name,
+    is_hopper,
+    kernel_resources,
+    plan_call,
+    prebuild_schedules,
+    raw_stream,
+    run_plan,
+    schedule_launches,
+    tensor_type,
+)
+from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.tilings import SPACE_VERSION, candidates, default_schedule
 from tilevm.kernels.weight_format import FRAGMENTS
 from tilevm.kernels.weights import QuantizedWeight
 from tilevm.tune.cache import cache_key, lookup, store
 from tilevm.tune.rank import fastest, predicted_seconds
-from tilevm.tune.variants import ordered_kernel
 
 M_BUCKETS = (8, 16, 64, 256, 1024, 4096)  # one row tile serves each of M <= 8, M <= 16
 _memory: dict[str, _Tuned] = {}  # tuned schedules (and orders) of this process
@@ -65,17 +70,17 @@ def quantized_matmul(x: Any, qw: QuantizedWeight, *, schedule: Schedule | None =
         return torch.ops.tilevm.quantized_matmul(x, qw.packed, qw.scales, qw.zeros,
                                                  qw.dtype.name, qw.group_size, qw.shape[1])
     plans = _plans.get(id(qw))
-    if plans is not None and out is None and type(x) is _tensor_type():
+    if plans is not None and out is None and type(x) is tensor_type():
         # a call like an earlier one (x of the same shape, dtype, device, contiguous, the
         # same current stream and arguments): its plan, nothing else to check
         device = x.get_device()
         if device >= 0 and x.is_contiguous():
-            stream = _raw_stream(device)
+            stream = raw_stream(device)
             plan = plans.get((x.shape, x.dtype, device, stream, schedule, tune))
             if plan is not None:
                 x_address = x.data_ptr()
                 if x_address % 16 == 0:  # (a view into a larger tensor may be misaligned)
-                    return _run(plan, x_address, stream)
+                    return run_plan(plan, x_address, stream)
     return _quantized_matmul(x, qw, schedule, tune, out)
 
 
@@ -114,11 +119,12 @@ def _quantized_matmul(x: Any, qw: QuantizedWeight, schedule: Schedule | None, tu
     elif s is None:
         s = default_schedule(M, N, K, qw.group_size, hopper=is_hopper(x2.device),
                              bits=qw.dtype.bits)
-    stream = _raw_stream(x.get_device())
-    plan = _plan(x2, qw, y.view(M, N), s, stream, (*lead, N), order)
+    stream = raw_stream(x.get_device())
+    plan = plan_call(x2, qw, y.view(M, N), s, stream, (*lead, N), order,
+                     None if _dependent_launch else False)
     if out is None and type(x) is torch.Tensor and x.is_contiguous():
         _remember(qw, (x.shape, x.dtype, x.get_device(), stream, schedule, tune), plan)
-    return _run(plan, x2.data_ptr(), stream, y)
+    return run_plan(plan, x2.data_ptr(), stream, y)
 
 
 # ---- the PyTorch custom operator ----------------------------------------------------------
@@ -176,78 +182,6 @@ if "torch" in sys.modules:  # (else on the first eager call, or QuantizedLinear'
     register_torch_op()
 
 
-class _Plan(NamedTuple):
-    """A call's launches, prepared (`Kernel.prepare`): everything but x's and y's
-    addresses (and the dequantized W^T's) fixed for one key of `quantized_matmul`."""
-
-    out_shape: tuple[int, ...]
-    dtype: Any  # x's and y's torch dtype
-    device: Any  # their torch device
-    qmm: Any  # the PreparedLaunch of the matmul
-    weights: tuple[int, ...]  # addresses of packed, scales and zero points
-    tail: tuple[int, ...]  # split-K's workspace and counters (after y)
-    dequantize: Any  # the dequantize-then-multiply pair's first launch, or None
-    wt_shape: tuple[int, int]  # (Np, K): W^T, dequantized (that pair only)
-    keep: tuple[Any, ...]  # tensors the addresses point into, kept alive
-
-
-def _run(plan: _Plan, x_address: int, stream: int, y: Any = None) -> Any:
-    """Launch a plan's kernels for x at `x_address` into `y` (a new tensor if None)."""
-    import torch
-
-    if y is None:
-        y = torch.empty(plan.out_shape, dtype=plan.dtype, device=plan.device)
-    if plan.dequantize is None:
-        plan.qmm.submit(stream, (x_address, *plan.weights, y.data_ptr(), *plan.tail))
-        return y
-    # W^T, dequantized: a workspace of the call (torch's caching allocator keeps the
-    # memory for the next one).
-    wt = torch.empty(plan.wt_shape, dtype=plan.dtype, device=plan.device)
-    plan.dequantize.submit(stream, (*plan.weights, wt.data_ptr()))
-    plan.qmm.submit(stream, (x_address, wt.data_ptr(), y.data_ptr()))
-    return y
-
-
-def _plan(x: Any, qw: QuantizedWeight, y: Any, s: Schedule, stream: int,
-          shape: tuple[int, ...], order: dict[str, Any] | None = None) -> _Plan:
-    """The prepared launches of schedule `s` for x[M, K] (contiguous) and y[M, N] on
-    `stream`, for calls whose result has `shape`: checked here once, as a call of each
-    kernel checks its arguments. `order`: the matmul kernel's PTX order (`_Tuned`)."""
-    import torch
-
-    K, N = qw.shape
-    M = x.shape[0]
-    zeros = qw.zeros if qw.zeros is not None else qw.scales  # unread without zero points
-    weights = (qw.packed, qw.scales, zeros)
-    addresses = tuple(w.data_ptr() for w in weights)
-    dependent = None if _dependent_launch else False  # None: as the kernel declares
-    if s.dequant:
-        wt = torch.empty(qw.scales.shape[1], K, dtype=x.dtype, device=x.device)
-        dequantize = _dequantizer(qw).prepare(*weights, wt, N, K, dependent=dependent)
-        qmm = _qmm(qw, s, N).prepare(x, wt, y, M, N, K, dependent=dependent)
-        return _Plan(shape, x.dtype, x.device, qmm, addresses, (), dequantize,
-                     tuple(wt.shape), weights)
-    if not s.splits_k_kernel:
-        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, M, N, K, dependent=dependent)
-        return _Plan(shape, x.dtype, x.device, qmm, addresses, (), None, (0, 0), weights)
-    if s.stream_k:  # every tile's units shared out evenly by `stream_k` blocks per SM
-        tiles, units = streamk_units(M, N, K, s.bm, s.block_columns, s.stages * s.bk)
-        blocks = min(_sm_count(x.device.index) * s.stream_k, tiles * units)
-        slots = streamk_slots(tiles, units, blocks)
-        ws, counters = _splitk_buffers(x.device, stream,
-                                       slots * tiles * s.bm * s.block_columns, tiles)
-        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K, blocks,
-                                            slots, dependent=dependent)
-    else:  # (the kernels that split K, whatever their split: unsplit, they read neither)
-        sizes = splitk_sizes(M, N, s.bm, s.block_columns, s.split_k) \
-            if s.split_k > 1 and not s.split_cluster else (1, 1)
-        ws, counters = _splitk_buffers(x.device, stream, *sizes)
-        qmm = _qmm(qw, s, N, order).prepare(x, *weights, y, ws, counters, M, N, K,
-                                            dependent=dependent)
-    return _Plan(shape, x.dtype, x.device, qmm, addresses,
-                 (ws.data_ptr(), counters.data_ptr()), None, (0, 0), (*weights, ws, counters))
-
-
 _dependent_launch = False  # `set_dependent_launch`
 
 
@@ -262,11 +196,11 @@ def set_dependent_launch(enabled: bool) -> None:
 
 
 # The plans of each QuantizedWeight by call key, while it lives (`quantized_matmul`).
-_plans: dict[int, dict[tuple[Any, ...], _Plan]] = {}
+_plans: dict[int, dict[tuple[Any, ...], Plan]] = {}
 _PLANS_KEPT = 256  # per weight (a key per M, dtype, device, stream and schedule argument)
 
 
-def _remember(qw: QuantizedWeight, key: tuple[Any, ...], plan: _Plan) -> None:
+def _remember(qw: QuantizedWeight, key: tuple[Any, ...], plan: Plan) -> None:
     remember_weights(qw)
     plans = _plans.get(id(qw))
     if plans is None:
@@ -275,25 +209,6 @@ def _remember(qw: QuantizedWeight, key: tuple[Any, ...], plan: _Plan) -> None:
     if len(plans) >= _PLANS_KEPT:
         plans.clear()
     plans[key] = plan
-
-
-@functools.cache
-def _tensor_type() -> type:
-    import torch
-
-    return torch.Tensor
-
-
-@functools.cache
-def _stream_reader() -> Any:
-    import torch
-
-    return torch._C._cuda_getCurrentRawStream
-
-
-def _raw_stream(device: int) -> int:
-    """PyTorch's current stream on `device`, as a raw handle."""
-    return _stream_reader()(device)
 
 
 def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
@@ -314,117 +229,6 @@ def _check(x: Any, qw: QuantizedWeight, K: int) -> None:
         raise ValueError(f"x must be [..., K] with K = {K}, got {tuple(x.shape)}")
 
 
-# The loaded kernels of this process, by what selects them (cheap keys: every call looks).
-_kernels: dict[tuple[Any, ...], Any] = {}
-
-
-def _qmm(qw: QuantizedWeight, s: Schedule, N: int, order: dict[str, Any] | None = None
-         ) -> Any:
-    """The loaded kernel that schedule `s` runs for these weights and N (for the
-    dequantize-then-multiply pair, its matmul), in the PTX `order` a search stored with
-    the schedule (`_Tuned`) if given."""
-    wide = tuple(_wide_stores(s, N).items())
-    key = (qw.scale_dtype.name, s, wide) if s.dequant else \
-        (qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None, s, wide)
-    key += (json.dumps(order, sort_keys=True) if order else None,)
-    loaded = _kernels.get(key)
-    if loaded is None:
-        loaded = _kernels[key] = ordered_kernel(schedule_program(qw, s, N), order)
-    return loaded
-
-
-def schedule_program(qw: QuantizedWeight, s: Schedule, N: int) -> Any:
-    """The program schedule `s` runs for these weights and N (for the
-    dequantize-then-multiply pair, its matmul; `_qmm` loads it)."""
-    wide = _wide_stores(s, N)
-    kernel = schedule_kernel(s, qw.scale_dtype.name)
-    if s.dequant:  # the matmul of the dequantized weights: by activation type only
-        return kernel.specialize(**s.constants(), **wide)
-    return kernel.specialize(wdtype=qw.dtype, group_size=qw.group_size,
-                             has_zeros=qw.zeros is not None, **s.constants(), **wide)
-
-
-def _wide_stores(s: Schedule, N: int) -> dict[str, bool]:
-    """The Hopper kernels' `wide_stores` constant: y goes through shared memory, 16 bytes
-    a thread, where its rows are 16-byte aligned (`wgmma_epilogue.store_transposed`)."""
-    return {"wide_stores": N % 8 == 0} if s.wgmma and not s.stream_k else {}
-
-
-def _dequantizer(qw: QuantizedWeight) -> Any:
-    """The loaded `kernels.qmm_dequant.dequantize_kernel` for these weights."""
-    key = ("dequantize", qw.scale_dtype.name, qw.dtype, qw.group_size, qw.zeros is not None)
-    if key not in _kernels:
-        _kernels[key] = compiled_kernel(_dequantizer_program(qw))
-    return _kernels[key]
-
-
-def _dequantizer_program(qw: QuantizedWeight) -> Any:
-    return dequantize_kernel(qw.scale_dtype.name).specialize(
-        wdtype=qw.dtype, group_size=qw.group_size, has_zeros=qw.zeros is not None,
-        bk=k_tile(qw.group_size))
-
-
-def _launches(qw: QuantizedWeight, s: Schedule, N: int) -> list[tuple[Any, Any]]:
-    """(program, loaded kernel) of each launch a call with schedule `s` makes."""
-    qmm = (schedule_program(qw, s, N), _qmm(qw, s, N))
-    return [(_dequantizer_program(qw), _dequantizer(qw)), qmm] if s.dequant else [qmm]
-
-
-def _resources(kernel: Any) -> Resources:
-    """What a block of the loaded `kernel` holds: its threads, ptxas's registers per
-    thread, its shared bytes."""
-    return Resources(kernel.num_threads, kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                     kernel.shared_bytes)
-
-
-def schedule_kernel(s: Schedule, act: str = "f16") -> Any:
-    """The kernel factory's kernel that schedule `s` selects, for activations `act`."""
-    if s.staged:
-        return qmm_staged_kernel(act)
-    if s.dequant:
-        return wt_matmul_kernel(act)  # (after `dequantize_kernel`: `_plan`)
-    if s.stream_k:
-        return qmm_streamk_kernel(act)
-    if s.wgmma:
-        return qmm_wgmma_shared_kernel(act) if s.shared_weights else qmm_wgmma_kernel(act)
-    return qmm_kernel(act)
-
-
-# Split-K's workspace and tile counters, per (device, stream), grown as needed: the
-# kernels of one stream run one after another, and each leaves its counters at zero.
-_splitk: dict[tuple[Any, int], tuple[Any, Any]] = {}
-
-
-def _splitk_buffers(device: Any, stream: int, floats: int, tiles: int) -> tuple[Any, Any]:
-    """The stream's workspace of at least `floats` f32 and `tiles` tile counters (a
-    kernel that does not split reads neither: any pointers do)."""
-    key = (device, stream)
-    ws, counters = _splitk.get(key, (None, None))
-    if ws is None or ws.numel() < floats or counters.numel() < tiles:
-        ws, counters = _splitk_grow(key, floats, tiles)
-    return ws, counters
-
-
-def _splitk_grow(key: tuple[Any, int], floats: int, tiles: int) -> tuple[Any, Any]:
-    import torch
-
-    old = _splitk.get(key)
-    if old is not None:  # never shrink: the largest problem so far serves every smaller one
-        floats, tiles = max(floats, old[0].numel()), max(tiles, old[1].numel())
-    _splitk[key] = (torch.empty(floats, dtype=torch.float32, device=key[0]),
-                    torch.zeros(tiles, dtype=torch.int32, device=key[0]))
-    return _splitk[key]
-
-
-def _prebuild(qw: QuantizedWeight, schedules: list[Schedule], N: int) -> None:
-    """Build the programs of these schedules at once, in worker processes
-    (`backend.prebuild`), so that loading each is a cache hit."""
-    programs = [schedule_program(qw, s, N) for s in schedules]
-    if any(s.dequant for s in schedules):
-        programs.append(_dequantizer_program(qw))
-    prebuild(programs)
-
-
 # ---- tuning ------------------------------------------------------------------------------
 
 def m_bucket(M: int) -> int:
@@ -432,36 +236,9 @@ def m_bucket(M: int) -> int:
     return next((b for b in M_BUCKETS if M <= b), M_BUCKETS[-1] * 2)
 
 
-@functools.cache
-def _gpu_name(device_index: int) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device_index).replace("|", "/")
-
-
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    import torch
-
-    return torch.cuda.get_device_capability(device_index)
-
-
-def is_hopper(device: Any) -> bool:
-    """Whether the device runs sm_90a code (wgmma): compute capability 9.0, for which
-    kernels are compiled as sm_90a (`backend.analysis.target.native_arch`)."""
-    return _capability(device.index if device.index is not None else 0) == (9, 0)
-
-
 def tuning_key(x: Any, qw: QuantizedWeight) -> str:
     """The tuning cache's key of this problem (`tune.cache`)."""
-    return problem_key(_gpu_name(x.device.index if x.device.index is not None else 0), qw,
+    return problem_key(gpu_name(x.device.index if x.device.index is not None else 0), qw,
                        x.shape[0])
 
 
@@ -533,28 +310,29 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
     flush = torch.empty(max(64 << 20, 2 * l2), dtype=torch.uint8, device=x.device)
     start = time.perf_counter()
     _progress(f"compiling {len(todo)} qmm variants", 0, len(todo))
-    _prebuild(qw, todo, N)
+    prebuild_schedules(qw, todo, N)
     considered = len(todo)
     gpu = gpu_for_device(torch.cuda.get_device_name(x.device)) if ranked else None
     analysis = time.perf_counter()
     if gpu is not None and len(todo) > 1:
         _progress(f"ranking {len(todo)} qmm variants by the cost model", 0, 1)
-        launches = [[(program, {"M": M, "N": N, "K": K}, _resources(kernel))
-                     for program, kernel in _launches(qw, s, N)] for s in todo]
+        launches = [[(program, {"M": M, "N": N, "K": K}, kernel_resources(kernel))
+                     for program, kernel in schedule_launches(qw, s, N)] for s in todo]
         todo = [todo[i] for i in fastest(predicted_seconds(launches, gpu), 1 / 3)]
     analysis_s = time.perf_counter() - analysis
     sleep = getattr(torch.cuda, "_sleep", None)
-    stream, x_address = _raw_stream(x.get_device()), x.data_ptr()
+    stream, x_address = raw_stream(x.get_device()), x.data_ptr()
     plans = []  # each candidate's launches, prepared once (loaded: built above, or here)
     hosts = []  # each candidate's host time to submit one call
     for i, s in enumerate(todo):
         _progress(f"tuning qmm {qw.dtype} g{qw.group_size} M={M} N={N} K={K}", i, len(todo))
-        plans.append(_plan(x, qw, y, s, stream, (M, N)))
-        _run(plans[i], x_address, stream, y)
+        plans.append(plan_call(x, qw, y, s, stream, (M, N),
+                               dependent=None if _dependent_launch else False))
+        run_plan(plans[i], x_address, stream, y)
         torch.cuda.synchronize()
         host = time.perf_counter()
         for _ in range(3):
-            _run(plans[i], x_address, stream, y)
+            run_plan(plans[i], x_address, stream, y)
         hosts.append((time.perf_counter() - host) / 3)
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - start  # (with the loads and the warm-up runs)
@@ -570,7 +348,7 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
             begin.record()
-            _run(plans[i], x_address, stream, y)
+            run_plan(plans[i], x_address, stream, y)
             end.record()
             end.synchronize()
             times[i].append(begin.elapsed_time(end) * 1e3)

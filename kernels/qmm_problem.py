@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from tilevm.dtypes import DataType
-from tilevm.kernels.matmul import schedule_program
+from tilevm.kernels.matmul_launch import schedule_program
 from tilevm.kernels.qmm import splitk_sizes
 from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.weight_format import FRAGMENTS, code_type, pack_weights, padded_n
@@ -190,7 +190,7 @@ def _weights(rng: np.random.Generator, wdtype: DataType, K: int, N: int, group_s
 
 
 def _args(s: Schedule, qw: QuantizedWeight, x: np.ndarray) -> list[Any]:
-    """The kernel's arguments in the order `matmul._plan` passes them."""
+    """The kernel's arguments in the order `matmul_launch.plan_call` passes them."""
     K, N = qw.shape
     M = x.shape[0]
     y = np.full((M, N), np.nan, dtype=np.float16)

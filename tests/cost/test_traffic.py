@@ -13,7 +13,7 @@ import pytest
 from tilevm import dtypes
 from tilevm.cost import walk
 from tilevm.cost.traffic import LEVELS, analyze_traffic
-from tilevm.kernels.matmul import schedule_kernel
+from tilevm.kernels.matmul_launch import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel
 from tilevm.kernels.schedule import Schedule
 from tilevm.kernels.tilings import WGMMA_TILES, wgmma_tile

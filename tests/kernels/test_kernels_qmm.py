@@ -31,8 +31,8 @@ from kernel_harness import (
 
 from tilevm import dtypes
 from tilevm.ir.errors import VMError
-from tilevm.kernels import matmul, tilings
-from tilevm.kernels.matmul import schedule_kernel
+from tilevm.kernels import matmul, matmul_launch, tilings
+from tilevm.kernels.matmul_launch import schedule_kernel
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes, workspace_order
 from tilevm.kernels.qmm_dequant import dequantize_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
@@ -687,7 +687,7 @@ def test_stream_k_is_the_register_a_wgmma_kernels_without_a_split():
     s = wgmma(64, 4, 4, 128, prefetch=2, stream_k=2)
     assert str(s) == "wgmma bm=64 bk=64 warps=4 stages=4 prefetch=2 stream_k=2"
     assert s.constants() == dict(bm=64, bk=64, num_warps=4, stages=4, lead=3, prefetch=2)
-    assert matmul.schedule_kernel(s).name == "qmm_streamk_f16" and s.splits_k_kernel
+    assert matmul_launch.schedule_kernel(s).name == "qmm_streamk_f16" and s.splits_k_kernel
     assert s.fits(4096, 128) and not wgmma(64, 4, 2, 128, prefetch=3, stream_k=1).fits(
         4096, 128)
     for bad in (dict(split_k=2), dict(shared_weights=True)):
@@ -770,9 +770,9 @@ def test_gpu_a_stored_ptx_order_runs_and_a_stale_one_is_ignored(tmp_path, monkey
     w = torch.randn(1024, 320, device="cuda")
     qw = quantize(w.half(), "int4", 128, format=FRAGMENTS)
     x = torch.randn(16, 1024, device="cuda", dtype=torch.float16)
-    s = default_schedule(16, 320, 1024, 128, hopper=matmul.is_hopper(x.device), bits=4)
+    s = default_schedule(16, 320, 1024, 128, hopper=matmul_launch.is_hopper(x.device), bits=4)
     compiled = quantized_matmul(x, qw, schedule=s)
-    ptx = compiled_ptx(matmul.schedule_program(qw, s, 320))
+    ptx = compiled_ptx(matmul_launch.schedule_program(qw, s, 320))
     order = PtxOrder.parse(ptx)
     moved = order.moved([run.order(random.Random(3)) for run in order.runs])
     for of, warns in ((ptx_digest(ptx), False), ("0" * 16, True)):
@@ -798,15 +798,15 @@ def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
     M, K, N = 16, 1024, 768
     qw = quantize(torch.randn(K, N, device="cuda"), "int4", 128, format=FRAGMENTS)
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    todo = tilings.candidates(M, N, K, 128, hopper=matmul.is_hopper(x.device), bits=4)
+    todo = tilings.candidates(M, N, K, 128, hopper=matmul_launch.is_hopper(x.device), bits=4)
     best, report = matmul.tune(x, qw, reps=3, ranked=True)
     assert report["candidates"] == len(todo)
     gpu = gpu_for_device(torch.cuda.get_device_name())
     if gpu is None:  # a GPU the model has no table for: every candidate timed
         assert report["timed"] == len(todo)
     else:  # the model's fastest third, computed here independently of the tuner
-        launches = [[(p, {"M": M, "N": N, "K": K}, matmul._resources(k))
-                     for p, k in matmul._launches(qw, s, N)] for s in todo]
+        launches = [[(p, {"M": M, "N": N, "K": K}, matmul_launch.kernel_resources(k))
+                     for p, k in matmul_launch.schedule_launches(qw, s, N)] for s in todo]
         kept = [todo[i] for i in fastest(predicted_seconds(launches, gpu, workers=1), 1 / 3)]
         assert report["timed"] == len(kept) == max(1, len(todo) // 3)
         assert best in kept

@@ -19,7 +19,7 @@ from tilevm.backend.ptxas import PtxasNotFoundError, check_ptx, find_ptxas
 from tilevm.bench.examples import load_example
 from tilevm.cli import main
 from tilevm.dtypes import parse
-from tilevm.kernels.matmul import schedule_kernel
+from tilevm.kernels.matmul_launch import schedule_kernel
 from tilevm.kernels.tilings import default_schedule
 from tilevm.tune.ptx_order import PtxOrder, PtxOrderError, ptx_digest
 from tilevm.tune.variants import ordered_ptx
