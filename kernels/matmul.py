@@ -5,8 +5,9 @@ tuner that picks its schedule.
 `QuantizedWeight` in the "fragments" format on the same device (`quantize(w, dtype,
 group_size, format="fragments")`). The result is `[..., N]` in x's type.
 
-Schedules (`kernels.schedule`): with `tune=False` the `default_schedule` is used; with
-`tune=True` (the default) the first call for a (GPU, weight type, group size,
+Schedules (`kernels.schedule`, `kernels.tilings`): with `tune=False` the
+`default_schedule` is used; with `tune=True` (the default) the first call for a (GPU,
+weight type, group size,
 activation type, zero points, M bucket, N, K) compiles every candidate (at once, in
 worker processes: `backend.prebuild`), times each on the GPU (median of several runs,
 L2 flushed before each, the GPU kept busy by a sleep while the host submits the launch,
