@@ -7,15 +7,14 @@ group_size, format="fragments")`). The result is `[..., N]` in x's type.
 
 Schedules (`kernels.schedule`, `kernels.tilings`): with `tune=False` the
 `default_schedule` is used; with `tune=True` (the default) the first call for a (GPU,
-weight type, group size,
-activation type, zero points, M bucket, N, K) compiles every candidate (at once, in
-worker processes: `backend.prebuild`), times each on the GPU (median of several runs,
-L2 flushed before each, the GPU kept busy by a sleep while the host submits the launch,
-so that the events time the kernels and not the host's Python) and keeps the fastest
-in an on-disk table (`tuning.json` in the kernel cache directory, `TILEVM_CACHE_DIR`,
-written atomically); later calls, in this process or another, read it. A progress line
-on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024, 4096, larger) so one
-tuning serves every M of a bucket.
+weight type, group size, activation type, zero points, M bucket, N, K) compiles every
+candidate (at once, in worker processes: `backend.prebuild`), times each on the GPU
+(median of several runs, L2 flushed before each, the GPU kept busy by a sleep while the
+host submits the launch, so that the events time the kernels and not the host's Python)
+and keeps the fastest in an on-disk table (`tuning.json` in the kernel cache directory,
+`TILEVM_CACHE_DIR`, written atomically); later calls, in this process or another, read
+it. A progress line on stderr shows the tuning. M is bucketed (<= 16, 64, 256, 1024,
+4096, larger) so one tuning serves every M of a bucket.
 
 A call's launches (the kernels a schedule runs, prepared once per call shape and
 stream) are `kernels.matmul_launch`'s; this module holds the calls, the PyTorch
