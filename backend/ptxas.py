@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "SUPPORTED_ARCHS", "KernelResources", "ResourceReport", "PTXError", "PtxasNotFoundError",
-    "check_ptx", "assemble", "disassemble", "find_ptxas", "find_cuda_tool",
-    "CudaToolNotFoundError", "ptxas_version", "parse_report", "annotate_log",
+    "check_ptx", "assemble", "disassemble", "DisassemblyError", "find_ptxas",
+    "find_cuda_tool", "CudaToolNotFoundError", "ptxas_version", "parse_report",
+    "annotate_log",
 ]
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
@@ -294,10 +295,14 @@ def _assemble(ptx: str, arch: str, max_registers: int | None, options: Sequence[
     return log, cubin, exe
 
 
+class DisassemblyError(RuntimeError):
+    """nvdisasm refused a cubin (its words in the message)."""
+
+
 def disassemble(cubin: bytes, *, timeout: float = 300.0) -> str:
     """nvdisasm's text of a cubin's code sections (`nvdisasm -c`: the machine code, each
     instruction with its address and encoding). nvdisasm not found:
-    `CudaToolNotFoundError`; one that refuses the cubin: `RuntimeError` with its words."""
+    `CudaToolNotFoundError`; one that refuses the cubin: `DisassemblyError`."""
     exe = find_cuda_tool("nvdisasm")
     with tempfile.TemporaryDirectory(prefix="tilevm-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
@@ -306,7 +311,7 @@ def disassemble(cubin: bytes, *, timeout: float = 300.0) -> str:
         proc = subprocess.run([exe, "-c", path], capture_output=True, text=True,
                               timeout=timeout)
     if proc.returncode != 0 or "error" in proc.stderr:
-        raise RuntimeError(f"nvdisasm could not disassemble the cubin: "
+        raise DisassemblyError(f"nvdisasm could not disassemble the cubin: "
                            f"{proc.stderr.strip()[:500]}")
     return proc.stdout
 

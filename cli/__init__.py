@@ -107,8 +107,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                 text = ptxas.disassemble(ptxas.assemble(text, args.arch))
     except VMError as err:
         raise CLIError(str(err)) from None
-    except (target.TargetError, ValueError, RuntimeError, ptxas.PTXError,
-            ptxas.PtxasNotFoundError, ptxas.CudaToolNotFoundError) as err:
+    except (target.TargetError, ValueError, ptxas.PTXError, ptxas.PtxasNotFoundError,
+            ptxas.CudaToolNotFoundError, ptxas.DisassemblyError) as err:
         raise CLIError(str(err)) from None
     write_output(args.output, text)
     if args.check:

@@ -41,6 +41,7 @@ import re
 import struct
 from dataclasses import dataclass, replace
 
+from tilevm.backend.ptxas import DisassemblyError
 from tilevm.backend.ptxas import disassemble as sass_text
 
 __all__ = ["Control", "Cubin", "KernelCode", "CubinError", "INSTRUCTION_BYTES",
@@ -176,7 +177,7 @@ def disassemble(cubin: Cubin) -> list[str] | None:
     refuses an encoding."""
     try:
         text = sass_text(cubin.data)
-    except RuntimeError:
+    except DisassemblyError:
         return None
     return ["".join(_REUSE.sub("", line.split("*/", 1)[1]).split())
             for line in text.splitlines()
