@@ -30,7 +30,7 @@ from typing import Any
 from tilevm.backend.launch import compiled_kernel
 from tilevm.bench.examples import load_example
 from tilevm.bench.protocol import parse_ints
-from tilevm.bench.timing import graph_seconds
+from tilevm.bench.timing import gpu_unavailable_reason, graph_seconds
 from tilevm.cost.hardware import gpu_for_device
 from tilevm.cost.model import Resources, estimate
 
@@ -44,16 +44,6 @@ def flops(BH: int, S: int, d: int, causal: bool) -> float:
     the half below the diagonal."""
     total = 4.0 * BH * S * S * d
     return total / 2 if causal else total
-
-
-def _skip_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device (torch.cuda.is_available() is False)"
-    return None
 
 
 def measure(S: int, BH: int, d: int, causal: bool, args: argparse.Namespace,
@@ -160,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --heads must be at least 1", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    reason = _skip_reason()
+    reason = gpu_unavailable_reason()
     if reason is not None:
         (args.out / "attention.json").write_text(json.dumps(
             {"benchmark": "attention", "status": "skipped", "reason": reason}, indent=1))

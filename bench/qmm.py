@@ -113,24 +113,10 @@ from tilevm.bench.resume import (
 )
 from tilevm.bench.roofline import add_read_floor, finish_row, measure_ceilings
 from tilevm.bench.tilevm_adapter import kernels_package, tilevm_matmul_factory
-from tilevm.bench.timing import Timer, graph_per_call
+from tilevm.bench.timing import Timer, gpu_unavailable_reason, graph_per_call
 from tilevm.bench.weights import Weights, make_weights
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def gpu_unavailable_reason() -> str | None:
-    """Why this process cannot run the benchmark (no torch, no CUDA device), or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed (the benchmark launches on torch CUDA tensors)"
-    try:
-        if not torch.cuda.is_available():
-            return "no CUDA device (torch.cuda.is_available() is False)"
-    except Exception as err:  # a broken driver install
-        return f"CUDA is not usable: {type(err).__name__}: {err}"
-    return None
 
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from tilevm.bench.protocol import Config, Options
@@ -56,16 +57,16 @@ def check_resumable(previous: Mapping[str, Any], gpu: str, options: Options) -> 
     for name in SHARED_OPTIONS:
         now = getattr(options, name)
         if before.get(name) != now:
-            raise NotResumable(f"the previous run had {name}={before.get(name)!r}, this one "
-                             f"{now!r}: resume with the same value or a new OUT_DIR")
+            raise NotResumable(f"the previous run had {name}={before.get(name)!r}, this "
+                               f"one {now!r}: resume with the same value or a new OUT_DIR")
 
 
 def config_key(item: Config | Mapping[str, Any]) -> tuple:
-    """What identifies a configuration, of a `Config` or of a result row."""
-    get = (lambda k: item[k]) if isinstance(item, Mapping) else \
-        (lambda k: getattr(item, k))
-    return tuple(get(k) for k in ("backend", "shape", "N", "K", "M", "wdtype", "act",
-                                  "group_size"))
+    """What identifies a configuration, of a `Config` or of a result row (whose fields
+    are the `Config`'s: `bench.qmm`)."""
+    values = item if isinstance(item, Mapping) else asdict(item)
+    return tuple(values[k] for k in ("backend", "shape", "N", "K", "M", "wdtype", "act",
+                                     "group_size"))
 
 
 def measured_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

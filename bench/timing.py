@@ -2,7 +2,9 @@
 every timed run, behind a GPU sleep so that the host's submission time is not counted
 (the "isolated" method); `bench.qmm` times the matmuls with it, `bench.read_floor` the
 read-only kernel. `graph_seconds` and `graph_per_call`: the graph method of
-../shared/BENCHMARKS.md (calls captured in a CUDA graph, replays timed)."""
+../shared/BENCHMARKS.md (calls captured in a CUDA graph, replays timed).
+`gpu_unavailable_reason`: why this process cannot time anything, for the benchmarks that
+then write a report saying so."""
 
 from __future__ import annotations
 
@@ -16,6 +18,20 @@ FLUSH_BYTES = 256 << 20
 SLEEP_S = 100e-6  # the GPU sleep before every timed run's flush (Timer)
 L2_FLUSHES = ["write", "read"]
 GRAPH_CALLS = 60  # calls a graph holds (the graph method)
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why this process cannot run a benchmark (no torch, no CUDA device), or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (the benchmarks launch on torch CUDA tensors)"
+    try:
+        if not torch.cuda.is_available():
+            return "no CUDA device (torch.cuda.is_available() is False)"
+    except Exception as err:  # a broken driver install
+        return f"CUDA is not usable: {type(err).__name__}: {err}"
+    return None
 
 
 class Timer:

@@ -254,8 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows = [r for r in rows if cell_key(r) != key] + [row]
                 path.write_text("".join(json.dumps(r) + "\n" for r in rows))
                 (args.out / REPORT).write_text("\n".join(summary(rows)) + "\n")
-    (args.out / REPORT).write_text("\n".join(summary(rows)) + "\n")
-    print("\n".join(summary(rows)[-6:]))
+    lines = summary(rows)
+    (args.out / REPORT).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[-6:]))
     return 0
 
 

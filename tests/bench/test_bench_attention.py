@@ -35,7 +35,7 @@ def test_bad_options_are_errors(tmp_path, capsys):
 
 
 def test_without_a_gpu_it_writes_why_it_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(attention, "_skip_reason", lambda: "no CUDA device")
+    monkeypatch.setattr(attention, "gpu_unavailable_reason", lambda: "no CUDA device")
     assert attention.main([str(tmp_path)]) == 0
     report = json.loads((tmp_path / "attention.json").read_text())
     assert report == {"benchmark": "attention", "status": "skipped",
