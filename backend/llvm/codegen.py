@@ -20,6 +20,7 @@ import llvmlite.ir as ir
 
 from tilevm.backend.analysis.tma import tensor_maps
 from tilevm.backend.analysis.wgmma_waits import uses_wgmma
+from tilevm.backend.llvm.builder import KernelBuilder
 from tilevm.backend.llvm.context import KernelContext
 from tilevm.backend.llvm.lowering import LOWERINGS, tma
 from tilevm.backend.llvm.lowering.barrier import cluster_barrier
@@ -72,7 +73,7 @@ class KernelCodegen(KernelContext):
             tma.add_map_params(self.function, self.module, len(program.params),
                                len(self.tensor_maps), annotations)
         self.entry = self.function.append_basic_block("entry")
-        self.b = ir.IRBuilder(self.entry)
+        self.b = KernelBuilder(self.entry)
         self.scalars = {}
         self.pointers = {}
         self.tensors = {}

@@ -20,7 +20,9 @@ from tilevm.ir.parser import parse_program
 from tilevm.ir.printer import format_program
 from tilevm.ir.transform import instructions
 from tilevm.ir.verifier import verify
+from tilevm.kernels.matmul_launch import schedule_kernel
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
+from tilevm.kernels.schedule import wgmma
 from tilevm.vm import lang as tv
 
 
@@ -255,6 +257,22 @@ def test_what_a_sync_may_order():
     assert kinds["copy_async"] == frozenset()  # ordered by the barriers
     assert {k for _, k in kinds["store_global"]} == {"write"}
     assert {k for _, k in kinds["load_shared"]} == {"read"}
+
+
+def test_the_optimizer_keeps_each_warp_sync_where_the_lowering_put_it():
+    """Every inline PTX call is `convergent` (backend.llvm.builder), so LLVM may not
+    copy a `bar.warp.sync` into the arms of a branch that divides the warp: the column
+    tiles sharing x (a producer warp, lane 0's releases one after another) once had 18
+    in the PTX for 12 written, which ptxas ran through its path for divided warps."""
+    s = wgmma(64, 4, 4, 128, lead=2, prefetch=2, cluster_n=2)
+    program = schedule_kernel(s).specialize(wdtype=tv.int4, group_size=128,
+                                            has_zeros=False, wide_stores=True,
+                                            **s.constants())
+    compiled = compile_once(program, "sm_90a")
+    asm_calls = compiled.llvm_ir.count(" asm ")  # (some span lines: multi-line PTX)
+    assert asm_calls and len(re.findall(r"\) convergent$", compiled.llvm_ir, re.M)) == asm_calls
+    written = compiled.llvm_ir.count("bar.warp.sync")
+    assert written > 1 and compiled.ptx.count("bar.warp.sync") == written
 
 
 @pytest.mark.gpu
