@@ -1,0 +1,131 @@
+"""Experiment (issues 48, 45): the producer-warp kernels after 1e4029f (every inline-PTX
+call convergent: LLVM no longer copies their `bar.warp.sync` into lane 0's branch, which
+ptxas ran through WARPSYNC.COLLECTIVE). Before it the producer warp made the register-A
+kernel 1.7-2.2x slower (qmm_cluster_diag_h200_5bc3efd.jsonl) and neither the producer
+nor the x-sharing cluster made the dequant pair's matmul faster.
+
+Part A, between decode and prefill (int4, graph over weight copies larger than L2): the
+register-A kernel unsplit, alone and as clusters of 2 and 4 column tiles sharing x
+(`cluster_n`: a producer warp multicasting x), beside the matrix run's best schedule.
+Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) plain,
+with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16.
+One JSON line a measurement on stdout."""
+import json
+import statistics
+import sys
+
+import torch
+
+from tilevm.backend.launch import compiled_kernel
+from tilevm.kernels import matmul_launch as ml
+from tilevm.kernels import quantize
+from tilevm.kernels.qmm_dequant import wt_matmul_kernel
+from tilevm.kernels.schedule import wgmma
+
+L2 = torch.cuda.get_device_properties(0).L2_cache_size
+PARTS = sys.argv[1] if len(sys.argv) > 1 else "AB"
+
+
+def replay_us(run, calls: int) -> float:
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        run(0, stream.cuda_stream)
+    stream.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for i in range(calls):
+            run(i, stream.cuda_stream)
+    g.replay()
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(9):
+        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        b.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        t.append(b.elapsed_time(e) * 1e3 / calls)
+    return statistics.median(t)
+
+
+def part_a(name, N, K, M, best):
+    first = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), "int4", 128,
+                     format="fragments")
+    nbytes = first.packed.numel() + first.scales.numel() * 2
+    copies = max(1, min(16, -(-3 * L2 // nbytes)))
+    qws = [first] + [quantize(torch.randn(K, N, device="cuda", dtype=torch.float16),
+                              "int4", 128, format="fragments") for _ in range(copies - 1)]
+    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    ref = x.double() @ first.dequantize().double()
+    bm = 64 if M <= 64 else 128
+    todo = [best] + [wgmma(bm, 4, 4, 128, lead=2, prefetch=p, half_atoms=h, cluster_n=c)
+                     for h, p in ((True, 4), (False, 2)) for c in (1, 2, 4)]
+    todo = [s for s in dict.fromkeys(todo) if s.fits(K, 128)]
+    ml.prebuild_schedules(first, todo, N)
+    for s in todo:
+        row = {"part": "A", "layer": name, "N": N, "K": K, "M": M, "schedule": str(s)}
+        try:
+            stream = torch.cuda.current_stream().cuda_stream
+            plans = [ml.plan_call(x, q, y, s, stream, (M, N)) for q in qws]
+            out = ml.run_plan(plans[0], x.data_ptr(), stream)
+            torch.cuda.synchronize()
+            row["rel_err"] = float((out.double() - ref).abs().max() / ref.abs().max())
+            on = {}  # the plans for the capture's stream
+
+            def run(i, stream, s=s, on=on):
+                if stream not in on:
+                    on[stream] = [ml.plan_call(x, q, y, s, stream, (M, N)) for q in qws]
+                ml.run_plan(on[stream][i % copies], x.data_ptr(), stream, y)
+            row["us"] = replay_us(run, max(20, 4 * copies))
+        except Exception as e:  # noqa: BLE001 (a variant that fails is a finding)
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        print(json.dumps(row), flush=True)
+    torch.cuda.empty_cache()
+
+
+def part_b(name, N, K, M):
+    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    wts = [torch.randn(N, K, device="cuda", dtype=torch.float16) / 64
+           for _ in range(max(1, min(4, -(-3 * L2 // (2 * N * K)))))]
+    y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    ref = (x.float() @ wts[0].float().t())
+    row = {"part": "B", "layer": name, "N": N, "K": K, "M": M, "variant": "cublas"}
+    row["us"] = replay_us(lambda i, _: torch.matmul(x, wts[i % len(wts)].t(), out=y), 8)
+    print(json.dumps(row), flush=True)
+    kernel = wt_matmul_kernel("f16")
+    for producer, cluster, lead in ((False, 1, 2), (True, 1, 2), (True, 1, 3), (True, 2, 2),
+                                    (True, 2, 3)):
+        row = {"part": "B", "layer": name, "N": N, "K": K, "M": M,
+               "variant": f"producer={producer} cluster={cluster} lead={lead}"}
+        try:
+            k = compiled_kernel(kernel.specialize(bm=256, bk=64, num_warps=8, stages=4,
+                                                  lead=lead, producer=producer,
+                                                  cluster=cluster, wide_stores=True))
+            k(x, wts[0], y, M, N, K)
+            torch.cuda.synchronize()
+            row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
+            row["us"] = replay_us(lambda i, _, k=k: k(x, wts[i % len(wts)], y, M, N, K), 8)
+            row["registers"] = k.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS")
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        print(json.dumps(row), flush=True)
+    torch.cuda.empty_cache()
+
+
+if "A" in PARTS:  # the matrix run's picks at eec0b94 (qmm_matrix_h200_eec0b94)
+    for name, N, K, M, best in (
+            ("8b.qkv", 12288, 4096, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=4,
+                                              half_atoms=True, split_k=2)),
+            ("70b.qkv", 10240, 8192, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=4,
+                                               half_atoms=True, split_k=3)),
+            ("70b.gate_up", 57344, 8192, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=2)),
+            ("8b.down", 4096, 14336, 256, wgmma(128, 4, 4, 128, lead=2, prefetch=4,
+                                                half_atoms=True, split_k=2)),
+            ("70b.o", 8192, 8192, 256, wgmma(256, 8, 4, 128, lead=2, prefetch=2,
+                                             half_atoms=True, split_k=2))):
+        part_a(name, N, K, M, best)
+if "B" in PARTS:
+    for name, N, K in (("8b.qkv", 12288, 4096), ("70b.gate_up", 57344, 8192),
+                       ("70b.down", 8192, 28672)):
+        part_b(name, N, K, 4096)
