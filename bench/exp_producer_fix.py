@@ -8,7 +8,8 @@ Part A, between decode and prefill (int4, graph over weight copies larger than L
 register-A kernel unsplit, alone and as clusters of 2 and 4 column tiles sharing x
 (`cluster_n`: a producer warp multicasting x), beside the matrix run's best schedule.
 Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) plain,
-with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16.
+with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16. Part C,
+prefill: the shared-weights kernel (int4) with a converting producer warpgroup.
 One JSON line a measurement on stdout."""
 import json
 import statistics
@@ -23,7 +24,7 @@ from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.kernels.schedule import wgmma
 
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
-PARTS = sys.argv[1] if len(sys.argv) > 1 else "AB"
+PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABC"
 
 
 def replay_us(run, calls: int) -> float:
@@ -49,6 +50,13 @@ def replay_us(run, calls: int) -> float:
 
 
 def part_a(name, N, K, M, best):
+    bm = 64 if M <= 64 else 128
+    time_schedules("A", name, N, K, M, [best] + [
+        wgmma(bm, 4, 4, 128, lead=2, prefetch=p, half_atoms=h, cluster_n=c)
+        for h, p in ((True, 4), (False, 2)) for c in (1, 2, 4)])
+
+
+def time_schedules(part, name, N, K, M, todo):
     first = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), "int4", 128,
                      format="fragments")
     nbytes = first.packed.numel() + first.scales.numel() * 2
@@ -58,13 +66,10 @@ def part_a(name, N, K, M, best):
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
     y = torch.empty(M, N, device="cuda", dtype=torch.float16)
     ref = x.double() @ first.dequantize().double()
-    bm = 64 if M <= 64 else 128
-    todo = [best] + [wgmma(bm, 4, 4, 128, lead=2, prefetch=p, half_atoms=h, cluster_n=c)
-                     for h, p in ((True, 4), (False, 2)) for c in (1, 2, 4)]
     todo = [s for s in dict.fromkeys(todo) if s.fits(K, 128)]
     ml.prebuild_schedules(first, todo, N)
     for s in todo:
-        row = {"part": "A", "layer": name, "N": N, "K": K, "M": M, "schedule": str(s)}
+        row = {"part": part, "layer": name, "N": N, "K": K, "M": M, "schedule": str(s)}
         try:
             stream = torch.cuda.current_stream().cuda_stream
             plans = [ml.plan_call(x, q, y, s, stream, (M, N)) for q in qws]
@@ -129,3 +134,9 @@ if "B" in PARTS:
     for name, N, K in (("8b.qkv", 12288, 4096), ("70b.gate_up", 57344, 8192),
                        ("70b.down", 8192, 28672)):
         part_b(name, N, K, 4096)
+if "C" in PARTS:  # prefill's shared-weights kernel (the pick for int4 at M = 4096) with
+    # a converting producer warpgroup of R registers a thread
+    for name, N, K in (("8b.qkv", 12288, 4096), ("70b.gate_up", 57344, 8192)):
+        time_schedules("C", name, N, K, 4096, [
+            wgmma(256, 8, 4, 128, lead=2, prefetch=p, shared_weights=True, producer=r)
+            for p, r in ((4, 0), (2, 0), (2, 96), (2, 120))])
