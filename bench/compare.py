@@ -13,6 +13,13 @@ the table: the cells of each verdict, and the geometric mean of our speed over t
 
 A cell that only one backend measured, or measured in fewer runs than the others, is
 listed as such; it is not left out silently.
+
+Then the issue's other figures, from the same rows: the cells by batch size (passing,
+geometric mean, range); in decode (M = 1 and 16, `DECODE_LAYERS`, `DECODE_TYPES`) each
+backend's cells at `COPY_FRACTION` of the copy bandwidth its run measured (a cell's
+bytes over its time, the median over the runs) and where int2 ends; and at M = 4096
+each backend's cells under cuBLAS f16 (the rows' `speedup_vs_cublas`, the median over
+the runs).
 """
 
 from __future__ import annotations
@@ -22,12 +29,18 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 Cell = tuple[str, int, str, str]  # shape, M, weight type, activation type
+
+# Issue 48's decode criterion: these layers and types at M = 1 and 16, at this fraction
+# of the copy bandwidth; int2 reported apart (where it ends).
+DECODE_LAYERS = ("70b.qkv", "70b.o", "70b.gate_up", "70b.down", "8b.gate_up", "8b.down")
+DECODE_TYPES = ("int4", "uint4", "int3", "f6e3m2", "int8")
+COPY_FRACTION = 0.92
 
 
 @dataclass(frozen=True)
@@ -53,8 +66,8 @@ class Compared:
             * (1 + self.spread)
 
 
-def read_run(path: Path) -> list[dict[str, Any]]:
-    """The result rows of one bench report."""
+def read_run(path: Path) -> dict[str, Any]:
+    """One bench report (its "results" rows, its "ceilings")."""
     try:
         report = json.loads(path.read_text())
     except OSError as err:
@@ -63,20 +76,22 @@ def read_run(path: Path) -> list[dict[str, Any]]:
         raise ValueError(f"{path} is not JSON: {err}") from None
     if not isinstance(report, dict) or not isinstance(report.get("results"), list):
         raise ValueError(f"{path} is not a `tilevm.bench.qmm` report (no \"results\" list)")
-    return report["results"]
+    return report
 
 
-def times(runs: Sequence[list[dict[str, Any]]], backend: str, method: str
+def times(runs: Sequence[list[dict[str, Any]]], backend: str, method: str,
+          value: Callable[[dict[str, Any], int], float] = lambda r, run: float(r["us"])
           ) -> dict[Cell, list[float]]:
-    """Per cell, `backend`'s passing times (us) with `method`, one a run that has it."""
+    """Per cell, `value(row, run index)` of `backend`'s passing rows with `method` (their
+    times in us by default), one a run that has it."""
     found: dict[Cell, list[float]] = {}
-    for rows in runs:
+    for i, rows in enumerate(runs):
         for r in rows:
             if r.get("backend") != backend or r.get("method", "isolated") != method \
                     or not r.get("check_passed") or r.get("us") is None:
                 continue
             cell = (r["shape"], int(r["M"]), r["wdtype"], r["act"])
-            found.setdefault(cell, []).append(float(r["us"]))
+            found.setdefault(cell, []).append(value(r, i))
     return found
 
 
@@ -98,6 +113,69 @@ def compare(runs: Sequence[list[dict[str, Any]]], peer: str, method: str
     return compared, notes
 
 
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def by_batch(compared: Sequence[Compared]) -> list[str]:
+    """The table of the cells by M: passing, geometric mean and range of our speed."""
+    lines = ["| M | cells passing | geomean | range |", "|---|---|---|---|"]
+    for M in sorted({c.cell[1] for c in compared}):
+        cells = [c for c in compared if c.cell[1] == M]
+        speeds = [c.speed for c in cells]
+        lines.append(f"| {M} | {sum(c.ok for c in cells)} / {len(cells)} | "
+                     f"{geomean(speeds):.3f}x | {min(speeds):.2f}-{max(speeds):.2f}x |")
+    return lines
+
+
+def copy_fractions(runs: Sequence[list[dict[str, Any]]], copy_bw: Sequence[float],
+                   backend: str, method: str) -> dict[Cell, float]:
+    """Per decode cell (M = 1, 16 on `DECODE_LAYERS`), the median over the runs of its
+    bytes a second over its run's copy bandwidth (bytes/s)."""
+    fractions = times(runs, backend, method, lambda r, i: float(
+        r.get("bytes") or math.nan) / (float(r["us"]) * 1e-6) / copy_bw[i])
+    medians = {cell: statistics.median(f) for cell, f in fractions.items()
+               if cell[1] in (1, 16) and cell[0] in DECODE_LAYERS}
+    return {cell: f for cell, f in medians.items() if not math.isnan(f)}
+
+
+def decode_lines(runs: Sequence[list[dict[str, Any]]], copy_bw: Sequence[float],
+                 backends: Sequence[str], method: str) -> list[str]:
+    lines = []
+    for backend in backends:
+        fractions = copy_fractions(runs, copy_bw, backend, method)
+        named = {c: f for c, f in fractions.items() if c[2] in DECODE_TYPES}
+        if not named:
+            continue
+        low = min(named, key=named.get)
+        int2 = [f for c, f in fractions.items() if c[2] == "int2"]
+        lines.append(
+            f"- {backend}, M = 1 and 16 on {', '.join(DECODE_LAYERS)} "
+            f"({', '.join(DECODE_TYPES)}): {sum(f >= COPY_FRACTION for f in named.values())}"
+            f" of {len(named)} cells at {COPY_FRACTION:.0%} of the copy bandwidth or more; "
+            f"lowest {low[0]} M={low[1]} {low[2]} ({named[low]:.0%})"
+            + (f"; int2 {min(int2):.0%}-{max(int2):.0%}" if int2 else "") + ".")
+    return lines
+
+
+def prefill_lines(runs: Sequence[list[dict[str, Any]]], backends: Sequence[str],
+                  method: str) -> list[str]:
+    lines = []
+    for backend in backends:
+        speedups = times(runs, backend, method,
+                         lambda r, i: float(r.get("speedup_vs_cublas") or math.nan))
+        cells = {c: statistics.median(v) for c, v in speedups.items() if c[1] == 4096}
+        measured = {c: v for c, v in cells.items() if not math.isnan(v)}
+        if not measured:
+            continue
+        under = sorted((v, c) for c, v in measured.items() if v < 1.0)
+        lines.append(
+            f"- {backend}, M = 4096: {len(under)} of {len(measured)} cells under cuBLAS f16"
+            + (f" (lowest {under[0][1][0]} {under[0][1][2]} {under[0][0]:.2f}x)"
+               if under else "") + ".")
+    return lines
+
+
 def report(compared: Sequence[Compared], notes: Sequence[str], peer: str, method: str,
            runs: int) -> str:
     lines = [f"# tilevm against {peer} ({method} method, {runs} run{'s' * (runs > 1)})", "",
@@ -110,13 +188,12 @@ def report(compared: Sequence[Compared], notes: Sequence[str], peer: str, method
     lines.append("")
     if compared:
         slower = [c for c in compared if not c.ok]
-        geomean = math.exp(statistics.fmean(math.log(c.speed) for c in compared))
         lines.append(f"- {len(compared) - len(slower)} of {len(compared)} cells at least "
                      f"{peer}'s time within the run-to-run spread; slower: "
                      + (", ".join(f"{c.cell[0]} M={c.cell[1]} {c.cell[2]} ({c.speed:.2f}x)"
                                   for c in slower) or "none") + ".")
         lines.append(f"- Our speed over {peer}'s, geometric mean over the cells: "
-                     f"{geomean:.3f}x.")
+                     f"{geomean([c.speed for c in compared]):.3f}x.")
     else:
         lines.append(f"- No cell that both tilevm and {peer} measured.")
     lines += [f"- {note}" for note in notes]
@@ -134,12 +211,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--output", type=Path, help="write the report here (default: stdout)")
     args = p.parse_args(argv)
     try:
-        runs = [read_run(path) for path in args.runs]
+        reports = [read_run(path) for path in args.runs]
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    runs = [r["results"] for r in reports]
     compared, notes = compare(runs, args.peer, args.method)
     text = report(compared, notes, args.peer, args.method, len(runs))
+    if compared:
+        text += "\n## By batch size\n\n" + "\n".join(by_batch(compared)) + "\n"
+    backends = ("tilevm", args.peer)
+    copy_bw = [float((r.get("ceilings") or {}).get("copy_bw_bytes_per_s") or math.nan)
+               for r in reports]
+    extra = prefill_lines(runs, backends, args.method)
+    if not any(math.isnan(bw) for bw in copy_bw):
+        extra = decode_lines(runs, copy_bw, backends, args.method) + extra
+    if extra:
+        text += "\n## Decode and prefill\n\n" + "\n".join(extra) + "\n"
     if args.output:
         args.output.write_text(text)
     else:

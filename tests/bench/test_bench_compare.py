@@ -71,3 +71,46 @@ def test_a_file_that_is_not_a_report_is_an_error(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.main([str(bad), "--method", "fast"])
+
+
+def test_batch_sizes_decode_bandwidth_and_prefill_against_cublas(tmp_path, capsys):
+    def row(backend, shape, M, us, wdtype="int4", nbytes=None, speedup=None):
+        return {**_row(backend, shape, M, us, wdtype=wdtype), "bytes": nbytes,
+                "speedup_vs_cublas": speedup}
+
+    def run(scale):  # the second run's times `scale` times the first's
+        return [row("tilevm", "70b.gate_up", 1, 100 * scale, nbytes=93e6),  # 93% of 1 TB/s
+                row("humming", "70b.gate_up", 1, 110 * scale, nbytes=93e6),  # 84.5%
+                row("tilevm", "8b.down", 16, 50 * scale, wdtype="int2", nbytes=25e6),  # 50%
+                row("humming", "8b.down", 16, 50 * scale, wdtype="int2", nbytes=20e6),
+                row("tilevm", "8b.qkv", 1, 10 * scale, nbytes=9.9e6),  # not a decode layer
+                row("humming", "8b.qkv", 1, 12 * scale, nbytes=9.9e6),
+                row("tilevm", "8b.qkv", 4096, 700 * scale, speedup=0.95 / scale),
+                row("humming", "8b.qkv", 4096, 650 * scale, speedup=1.02 / scale)]
+
+    paths = [tmp_path / f"run{i}.json" for i in (1, 2)]
+    for path, scale in zip(paths, (1.0, 1.02)):
+        path.write_text(json.dumps({"results": run(scale),
+                                    "ceilings": {"copy_bw_bytes_per_s": 1e12 / scale}}))
+    assert compare.main([str(p) for p in paths]) == 0
+    text = capsys.readouterr().out
+    # by M: M=1 two cells, both ours faster; M=4096 one cell, 650/700 slower
+    assert f"| 1 | 2 / 2 | {math.sqrt(1.1 * 1.2):.3f}x | 1.10-1.20x |" in text
+    assert "| 4096 | 0 / 1 | 0.929x | 0.93-0.93x |" in text
+    assert ("- tilevm, M = 1 and 16 on 70b.qkv, 70b.o, 70b.gate_up, 70b.down, 8b.gate_up, "
+            "8b.down (int4, uint4, int3, f6e3m2, int8): 1 of 1 cells at 92% of the copy "
+            "bandwidth or more; lowest 70b.gate_up M=1 int4 (93%); int2 50%-50%.") in text
+    assert "- humming, M = 1 and 16" in text and "0 of 1 cells" in text \
+        and "(85%); int2 40%-40%." in text
+    # the median over the runs of each row's speedup: (0.95 + 0.95 / 1.02) / 2
+    assert "- tilevm, M = 4096: 1 of 1 cells under cuBLAS f16 (lowest 8b.qkv int4 0.94x)." \
+        in text
+    assert "- humming, M = 4096: 0 of 1 cells under cuBLAS f16." in text
+
+
+def test_runs_without_ceilings_leave_out_the_bandwidth_lines(tmp_path, capsys):
+    path = _write(tmp_path, "run.json", [_row("tilevm", "70b.o", 1, 10.0),
+                                         _row("humming", "70b.o", 1, 11.0)])
+    assert compare.main([str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "## By batch size" in text and "copy bandwidth" not in text
