@@ -9,7 +9,10 @@ register-A kernel unsplit, alone and as clusters of 2 and 4 column tiles sharing
 (`cluster_n`: a producer warp multicasting x), beside the matrix run's best schedule.
 Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) plain,
 with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16. Part C,
-prefill: the shared-weights kernel (int4) with a converting producer warpgroup.
+prefill: the shared-weights kernel (int4) with a converting producer warpgroup. Part D,
+int3 between decode and prefill (its odd width has no half atoms): two warpgroups on
+pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since this commit)
+beside the matrix run's pick.
 One JSON line a measurement on stdout."""
 import json
 import statistics
@@ -24,7 +27,7 @@ from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.kernels.schedule import wgmma
 
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
-PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABC"
+PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABCD"
 
 
 def replay_us(run, calls: int) -> float:
@@ -56,20 +59,21 @@ def part_a(name, N, K, M, best):
         for h, p in ((True, 4), (False, 2)) for c in (1, 2, 4)])
 
 
-def time_schedules(part, name, N, K, M, todo):
-    first = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), "int4", 128,
+def time_schedules(part, name, N, K, M, todo, wdtype="int4"):
+    first = quantize(torch.randn(K, N, device="cuda", dtype=torch.float16), wdtype, 128,
                      format="fragments")
     nbytes = first.packed.numel() + first.scales.numel() * 2
     copies = max(1, min(16, -(-3 * L2 // nbytes)))
     qws = [first] + [quantize(torch.randn(K, N, device="cuda", dtype=torch.float16),
-                              "int4", 128, format="fragments") for _ in range(copies - 1)]
+                              wdtype, 128, format="fragments") for _ in range(copies - 1)]
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
     y = torch.empty(M, N, device="cuda", dtype=torch.float16)
     ref = x.double() @ first.dequantize().double()
     todo = [s for s in dict.fromkeys(todo) if s.fits(K, 128)]
     ml.prebuild_schedules(first, todo, N)
     for s in todo:
-        row = {"part": part, "layer": name, "N": N, "K": K, "M": M, "schedule": str(s)}
+        row = {"part": part, "layer": name, "N": N, "K": K, "M": M, "wdtype": wdtype,
+               "schedule": str(s)}
         try:
             stream = torch.cuda.current_stream().cuda_stream
             plans = [ml.plan_call(x, q, y, s, stream, (M, N)) for q in qws]
@@ -140,3 +144,15 @@ if "C" in PARTS:  # prefill's shared-weights kernel (the pick for int4 at M = 40
         time_schedules("C", name, N, K, 4096, [
             wgmma(256, 8, 4, 128, lead=2, prefetch=p, shared_weights=True, producer=r)
             for p, r in ((4, 0), (2, 0), (2, 96), (2, 120))])
+if "D" in PARTS:  # int3's picks in the matrix run at eec0b94, then whole-atom pairs
+    for name, N, K, M, best in (
+            ("8b.qkv", 12288, 4096, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=2)),
+            ("70b.gate_up", 57344, 8192, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=2,
+                                                   split_k=2)),
+            ("8b.down", 4096, 14336, 256, wgmma(128, 4, 4, 128, lead=2, prefetch=2,
+                                                split_k=2)),
+            ("8b.o", 4096, 4096, 256, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=2))):
+        bms = (32, 64) if M <= 64 else (64, 128)
+        time_schedules("D", name, N, K, M, [best] + [
+            wgmma(bm, 8, 4, 128, lead=2, prefetch=2, pair_k=True, split_k=k)
+            for bm in bms for k in (1, 2)], wdtype="int3")

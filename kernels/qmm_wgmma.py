@@ -47,7 +47,8 @@ round trip (no ldmatrix, no conversion of x).
   odd number it serializes every wgmma, C7513);
 - blocks take their tiles in groups of `group_m` row tiles (`grouped_tiles`), so that
   the blocks running at once share weight tiles in L2 (`kernels.wgmma_grid`);
-- with `pair_k` (two warpgroups of half atoms) a block computes 64 columns and its
+- with `pair_k` (two warpgroups) a block computes 64 columns (half atoms) or 128 (whole
+  atoms, any width) and its
   warpgroups take the two k-tiles of each pair (2t, 2t + 1) of them: warps 4-7 load and
   convert the second k-tile's codes of the same atoms (`paired_views`), each stage's x
   buffer holds both k-tiles ([2, bk, bm]) and one dot multiplies each warpgroup's rows
@@ -99,8 +100,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     `before_loads(m0)`, if given, runs before the block's first load of x (a wait for
     the producer's rows of x); `before_copy(k, m0)` before the copy of each k-tile `k`
     of x (k may run past K: those copies read zeros; a wait for the producer's tile of
-    those columns). With `pair_k` (two warpgroups of half atoms) the block's warpgroups
-    take the two k-tiles of each pair (2t, 2t + 1) of one 64-column tile (`paired_views`;
+    those columns). With `pair_k` (two warpgroups) the block's warpgroups take the two
+    k-tiles of each pair (2t, 2t + 1) of one 64- or 128-column tile (`paired_views`;
     a dot with b's two matrices), and `acc` is their sum (module docstring). With
     `cluster_n` (2 or 4) that many adjacent column tiles are one cluster whose x tiles a
     producer warp copies once for all of them (TMA multicast)."""
@@ -108,9 +109,9 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     lead = lead or stages - 1
     check_tiling(wdtype, group_size, bm, bk, num_warps, stages, group_m, lead, prefetch,
                  half_atoms, REGISTER_A_AHEAD)
-    tv.static_assert(not pair_k or (half_atoms and num_warps == 8 and bm % 16 == 0
+    tv.static_assert(not pair_k or (num_warps == 8 and bm % 16 == 0
                                     and group_size % (2 * bk) == 0),
-                     f"pair_k takes two warpgroups of half atoms (num_warps=8), rows of x "
+                     f"pair_k takes two warpgroups (num_warps=8), rows of x "
                      f"in 16s (bm={bm}: each warpgroup ends with half of them) and pairs of "
                      f"k-tiles within a group ({2 * bk} rows dividing {group_size})")
     tv.static_assert(cluster_n in (1, 2, 4) and (cluster_n == 1 or (

@@ -97,10 +97,10 @@ class Schedule:
                                    or self.split_k not in (2, 4, 8)):
             raise ValueError(f"split_cluster (a tile's splits one cluster) is the register-A "
                              f"wgmma kernel's, with split_k 2, 4 or 8, got {self!r}")
-        if self.pair_k and (not self.wgmma or not self.half_atoms or self.num_warps != 8
+        if self.pair_k and (not self.wgmma or self.num_warps != 8
                             or self.split_cluster or self.stream_k or self.shared_weights):
             raise ValueError(f"pair_k (two warpgroups on a pair of k-tiles) is the register-A "
-                             f"wgmma kernel's with half atoms and 8 warps, got {self!r}")
+                             f"wgmma kernel's with 8 warps, got {self!r}")
         if self.cluster_n != 1 and (not self.wgmma or self.cluster_n not in (2, 4)
                                     or self.shared_weights or self.dequant or self.stream_k
                                     or self.split_k > 1 or self.pair_k):

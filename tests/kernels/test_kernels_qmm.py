@@ -279,19 +279,26 @@ def test_split_k_workspace_puts_a_warps_16_byte_runs_side_by_side(regs, width):
     ("int4", False, wgmma(32, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True,
                           split_k=2), 40, 200, 1024),
     ("uint4", True, wgmma(16, 8, 4, 128, lead=2, prefetch=2, half_atoms=True, pair_k=True,
-                          split_k=3), 17, 72, 2048)])
+                          split_k=3), 17, 72, 2048),
+    # whole atoms (any width, odd ones too): 128-column tiles
+    ("int3", False, wgmma(32, 8, 4, 128, lead=2, prefetch=2, pair_k=True), 40, 200, 512),
+    ("uint5", True, wgmma(16, 8, 4, 128, lead=2, prefetch=4, pair_k=True), 17, 136, 640),
+    ("int3", False, wgmma(16, 8, 4, 128, lead=2, prefetch=2, pair_k=True, split_k=2),
+     9, 72, 1024)])
 def test_wgmma_pair_k_in_the_interpreter(wdtype, zeros, s, M, N, K):
-    """Two warpgroups on the two k-tiles of each pair of one 64-column tile (`pair_k`),
-    their sums added at the end."""
+    """Two warpgroups on the two k-tiles of each pair of one tile (`pair_k`; 64 columns
+    of half atoms or 128 of whole ones), their sums added at the end."""
     x, qw, ref = qmm_problem(wdtype, M, N, K, 2 * s.bk if s.bk == 32 else 128, zeros,
                              seed=2)
     y = _interpret(x, qw, s)
     assert np.abs(y.astype(np.float64) - ref).max() <= qmm_tolerance(x, qw, ref)
 
 
-def test_pair_k_is_two_warpgroups_of_half_atoms():
-    with pytest.raises(ValueError, match="pair_k .* half atoms and 8 warps"):
+def test_pair_k_is_two_warpgroups():
+    with pytest.raises(ValueError, match="pair_k .* with 8 warps"):
         wgmma(64, 4, 4, 128, half_atoms=True, pair_k=True)
+    whole = wgmma(64, 8, 4, 128, lead=2, prefetch=2, pair_k=True)  # (odd widths too)
+    assert whole.block_columns == 128 and whole.fits(4096, 128)
     with pytest.raises(ValueError, match="pair_k"):
         wgmma(64, 8, 4, 128, half_atoms=True, pair_k=True, split_k=2, split_cluster=True)
     s = wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True, pair_k=True)
@@ -633,6 +640,7 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
                                    pair_k=True)),
     ("int8", "bf16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                   pair_k=True)),
+    ("int3", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, pair_k=True)),
     ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                  pair_k=True, split_k=2)),
     # a tile's K splits as one cluster adding their parts through distributed shared
