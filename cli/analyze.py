@@ -33,7 +33,7 @@ bound and its term, and the prediction.
 def _scalars(items: list[str] | None) -> dict[str, int]:
     scalars: dict[str, int] = {}
     for item in items or ():
-        name, value = parse_setting(item)
+        name, value = parse_setting(item, "--arg")
         if isinstance(value, bool) or not isinstance(value, int):
             raise CLIError(f"--arg {name}: runtime sizes are integers, got {value!r}")
         scalars[name] = value

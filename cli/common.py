@@ -29,13 +29,13 @@ class CLIError(Exception):
 DEFAULT_ATOL = 2.0 ** -16
 
 
-def parse_setting(text: str) -> tuple[str, object]:
-    """`name=value`: the value as a Python literal (17, 0.5, True, (1, 2), 'x') or a data
-    type name (int3, f16)."""
+def parse_setting(text: str, flag: str = "--set") -> tuple[str, object]:
+    """`name=value` given to option `flag`: the value as a Python literal (17, 0.5, True,
+    (1, 2), 'x') or a data type name (int3, f16)."""
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name.isidentifier():
-        raise CLIError(f"--set takes name=value (name a Python identifier), got {text!r}")
+        raise CLIError(f"{flag} takes name=value (name a Python identifier), got {text!r}")
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -44,7 +44,7 @@ def parse_setting(text: str) -> tuple[str, object]:
         return name, dtypes.parse(value)
     except dtypes.DTypeError:
         pass
-    raise CLIError(f"--set {name}: {value!r} is neither a Python literal (17, 0.5, True, "
+    raise CLIError(f"{flag} {name}: {value!r} is neither a Python literal (17, 0.5, True, "
                    "'text') nor a data type name (int3, f16, ...)")
 
 

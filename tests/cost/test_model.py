@@ -96,6 +96,11 @@ def test_vmc_analyze_errors(capsys):
     assert status == 2 and "N" in err
     status, _, err = vmc(capsys, "analyze", path, "--arg", "M=4.5", "--registers", "64")
     assert status == 2 and "integers" in err
+    # a bad --arg is named as --arg, not as --set
+    status, _, err = vmc(capsys, "analyze", path, "--arg", "M=abc", "--registers", "64")
+    assert status == 2 and "--arg M: 'abc' is neither a Python literal" in err
+    status, _, err = vmc(capsys, "analyze", path, "--arg", "M", "--registers", "64")
+    assert status == 2 and "--arg takes name=value" in err
 
 
 def test_vmc_analyze_takes_measured_ceilings_and_a_measured_time(tmp_path, capsys):
