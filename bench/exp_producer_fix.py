@@ -11,8 +11,8 @@ Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) 
 with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16. Part C,
 prefill: the shared-weights kernel (int4) with a converting producer warpgroup. Part D,
 int3 between decode and prefill (its odd width has no half atoms): two warpgroups on
-pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since this commit)
-beside the matrix run's pick.
+pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since c242b48) beside
+the matrix run's pick; and the same for int4 on two cells.
 One JSON line a measurement on stdout."""
 import json
 import statistics
@@ -156,3 +156,14 @@ if "D" in PARTS:  # int3's picks in the matrix run at eec0b94, then whole-atom p
         time_schedules("D", name, N, K, M, [best] + [
             wgmma(bm, 8, 4, 128, lead=2, prefetch=2, pair_k=True, split_k=k)
             for bm in bms for k in (1, 2)], wdtype="int3")
+    # int4 too: whole-atom pairs read x for 128 columns at a time (half the L2 traffic of
+    # the 64-column half-atom tiles the matrix run picked)
+    for name, N, K, M, best in (
+            ("8b.qkv", 12288, 4096, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=4,
+                                              half_atoms=True, split_k=2)),
+            ("8b.down", 4096, 14336, 256, wgmma(128, 4, 4, 128, lead=2, prefetch=4,
+                                                half_atoms=True, split_k=2))):
+        bms = (32, 64) if M <= 64 else (64, 128)
+        time_schedules("D", name, N, K, M, [best] + [
+            wgmma(bm, 8, 4, 128, lead=2, prefetch=2, pair_k=True, split_k=k)
+            for bm in bms for k in (1, 2)])
