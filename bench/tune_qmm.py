@@ -15,10 +15,14 @@ but without storing anything in the tuning table:
 
 A cell already in the JSONL (the same type, shape, M, group size and seed) is skipped, so
 a run cut short (a session's device time) goes on where it stopped; `--again` runs every
-cell anew. Every run rewrites OUT_DIR/tune_qmm.md from all the lines: the table, and the
-median speedup over the cells with its 95% confidence interval (`median_interval`:
-distribution-free, from the order statistics), the cells never slower than the start,
-and each level's median contribution.
+cell anew. `--shard I/N` takes every N-th cell from the I-th (0-based) of the type x
+shape x M order, so that N processes, one a GPU (`CUDA_VISIBLE_DEVICES`), share the cells,
+each into its own OUT_DIR; their JSONLs concatenated into one OUT_DIR make the whole
+report, which a run with no cell left to time writes without a GPU. Every run rewrites
+OUT_DIR/tune_qmm.md from all the lines: the table, and the median speedup over the cells
+with its 95% confidence interval (`median_interval`: distribution-free, from the order
+statistics), the cells never slower than the start, and each level's median
+contribution.
 
     python -m tilevm.bench.tune_qmm out --dtypes int4,int3,f6e3m2 \\
         --shapes 8b.qkv,70b.gate_up --m 1,16,256,4096 --budget-s 120
@@ -204,7 +208,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the final checks (10^7 values, compute-sanitizer)")
     p.add_argument("--again", action="store_true",
                    help="run every cell, also those already in the JSONL")
+    p.add_argument("--shard", default="0/1", metavar="I/N",
+                   help="take every N-th cell from the I-th (0-based; default 0/1: all)")
     return p
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`I/N` -> (I, N), 0 <= I < N."""
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or not 0 <= i < n:
+        raise ValueError(f"--shard takes I/N with 0 <= I < N, got {text!r}")
+    return i, n
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtypes = parse_choices(args.dtypes, WEIGHT_TYPES, "weight type")
         shapes = parse_shapes(args.shapes)
         ms = parse_ints(args.m)
+        shard, shards = parse_shard(args.shard)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -226,34 +245,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        device = gpu_device()
-    except NoDriverError as err:
-        print(f"error: no GPU found ({err}); the searches time kernels on one",
-              file=sys.stderr)
-        return 1
-    if device.arch not in TARGETS:
-        print(f"error: the GPU is {device.arch}, which tilevm does not compile for",
-              file=sys.stderr)
-        return 1
-    hopper = device.arch == "sm_90a"
     done = {cell_key(r) for r in rows if "speedup" in r}
-    for wdtype in dtypes:
-        for shape, N, K in shapes:
-            for M in ms:
-                key = (wdtype, shape, M, args.group_size, args.seed)
-                if key in done and not args.again:
-                    continue
-                print(f"{wdtype} {shape} M={M} on {device.name}", file=sys.stderr)
-                try:
-                    row = tune_cell(wdtype, shape, N, K, M, args, hopper)
-                except Exception as err:  # a cell that cannot be tuned: said, go on
-                    row = {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
-                           "group_size": args.group_size, "seed": args.seed,
-                           "error": f"{type(err).__name__}: {err}"}
-                rows = [r for r in rows if cell_key(r) != key] + [row]
-                path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-                (args.out / REPORT).write_text("\n".join(summary(rows)) + "\n")
+    cells = [(wdtype, shape, N, K, M) for wdtype in dtypes for shape, N, K in shapes
+             for M in ms][shard::shards]
+    todo = [c for c in cells if args.again
+            or (c[0], c[1], c[4], args.group_size, args.seed) not in done]
+    device = None
+    if todo:
+        try:
+            device = gpu_device()
+        except NoDriverError as err:
+            print(f"error: no GPU found ({err}); the searches time kernels on one",
+                  file=sys.stderr)
+            return 1
+        if device.arch not in TARGETS:
+            print(f"error: the GPU is {device.arch}, which tilevm does not compile for",
+                  file=sys.stderr)
+            return 1
+    for wdtype, shape, N, K, M in todo:
+        key = (wdtype, shape, M, args.group_size, args.seed)
+        print(f"{wdtype} {shape} M={M} on {device.name}", file=sys.stderr)
+        try:
+            row = tune_cell(wdtype, shape, N, K, M, args, device.arch == "sm_90a")
+        except Exception as err:  # a cell that cannot be tuned: said, go on
+            row = {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
+                   "group_size": args.group_size, "seed": args.seed,
+                   "error": f"{type(err).__name__}: {err}"}
+        rows = [r for r in rows if cell_key(r) != key] + [row]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (args.out / REPORT).write_text("\n".join(summary(rows)) + "\n")
     lines = summary(rows)
     (args.out / REPORT).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-6:]))

@@ -90,6 +90,38 @@ def test_a_run_skips_the_cells_its_jsonl_holds(tmp_path, monkeypatch):
     assert "3 cells measured (0 failed)" in (tmp_path / tune_qmm.REPORT).read_text()
 
 
+def test_shards_share_the_cells_and_their_jsonls_make_the_report(tmp_path, monkeypatch):
+    """`--shard I/N`: every N-th cell from the I-th, in the type x shape x M order; the
+    shards' JSONLs concatenated are the whole run, whose report needs no GPU."""
+    ran = {}
+
+    def fake_cell(wdtype, shape, N, K, M, args, hopper):
+        ran.setdefault(args.shard, []).append((wdtype, M))
+        return _row(wdtype, M, 1.0 + M / 1000)
+
+    monkeypatch.setattr(tune_qmm, "tune_cell", fake_cell)
+    monkeypatch.setattr(tune_qmm, "gpu_device",
+                        lambda: type("Device", (), {"name": "H200", "arch": "sm_90a"})())
+    options = ["--dtypes", "int4,int3", "--shapes", "8b.qkv", "--m", "1,16,256"]
+    for shard in ("0/2", "1/2"):
+        assert tune_qmm.main([str(tmp_path / shard[0]), *options, "--shard", shard]) == 0
+    assert ran == {"0/2": [("int4", 1), ("int4", 256), ("int3", 16)],
+                   "1/2": [("int4", 16), ("int3", 1), ("int3", 256)]}
+    merged = tmp_path / "all"
+    merged.mkdir()
+    (merged / tune_qmm.JSONL).write_text("".join(
+        (tmp_path / d / tune_qmm.JSONL).read_text() for d in "01"))
+
+    def no_gpu():
+        raise AssertionError("no cell is left to time: no GPU needed")
+
+    monkeypatch.setattr(tune_qmm, "gpu_device", no_gpu)
+    assert tune_qmm.main([str(merged), *options]) == 0
+    assert "6 cells measured (0 failed)" in (merged / tune_qmm.REPORT).read_text()
+    for bad in ("2/2", "1", "a/b", "-1/2"):
+        assert tune_qmm.main([str(merged), *options, f"--shard={bad}"]) == 2
+
+
 def test_bad_options_and_a_broken_jsonl_are_errors(tmp_path, capsys):
     assert tune_qmm.main([str(tmp_path), "--dtypes", "int9"]) == 2
     assert "unknown weight type int9" in capsys.readouterr().err
