@@ -9,7 +9,8 @@ register-A kernel unsplit, alone and as clusters of 2 and 4 column tiles sharing
 (`cluster_n`: a producer warp multicasting x), beside the matrix run's best schedule.
 Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) plain,
 with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16. Part C,
-prefill: the shared-weights kernel (int4) with a converting producer warpgroup. Part D,
+prefill: the shared-weights kernel (int4) with a converting producer warpgroup, and as
+clusters of 2 or 4 column tiles sharing x (a copying producer warpgroup multicasts it). Part D,
 int3 between decode and prefill (its odd width has no half atoms): two warpgroups on
 pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since c242b48) beside
 the matrix run's pick; and the same for int4 on two cells.
@@ -143,7 +144,9 @@ if "C" in PARTS:  # prefill's shared-weights kernel (the pick for int4 at M = 40
     for name, N, K in (("8b.qkv", 12288, 4096), ("70b.gate_up", 57344, 8192)):
         time_schedules("C", name, N, K, 4096, [
             wgmma(256, 8, 4, 128, lead=2, prefetch=p, shared_weights=True, producer=r)
-            for p, r in ((4, 0), (2, 0), (2, 96), (2, 120))])
+            for p, r in ((4, 0), (2, 0), (2, 96), (2, 120))] + [
+            wgmma(256, 8, 4, 128, lead=2, prefetch=p, shared_weights=True, cluster_n=c)
+            for p in (4, 2) for c in (2, 4)])
 if "D" in PARTS:  # int3's picks in the matrix run at eec0b94, then whole-atom pairs
     for name, N, K, M, best in (
             ("8b.qkv", 12288, 4096, 64, wgmma(64, 4, 4, 128, lead=2, prefetch=2, split_k=2)),

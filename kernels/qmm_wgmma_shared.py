@@ -35,6 +35,9 @@ cuBLAS's speed). Here:
   block, `block_rows`; the partial sums parked in the workspace and added by the tile's
   last block, `store_output`): a layer of few 256 x 128 tiles (8B down: 32) fills the
   GPU's SMs;
+- with `cluster_n` (2 or 4, unsplit) that many adjacent column tiles of a row tile are
+  one cluster (`wgmma_grid.x_sharing_tiles`) and a producer warp copies each k-tile of x
+  once for all of them (TMA multicast), and the scales of its own columns;
 - with `producer=R` a converting producer warpgroup (`tv.producer_warp(registers=R,
   converts=True)`) converts the weights instead, `stages - 1` k-tiles ahead, its scales
   read from global memory with the codes; the 8 warps only wait and multiply. It is
@@ -63,6 +66,10 @@ from tilevm.layouts.shared_layout import swizzled
 from tilevm.vm import lang as tv
 from tilevm.vm.frontend import Kernel
 
+# What the warpgroup that only issues copies keeps a thread (`tv.producer_warp`),
+# leaving the other 8 warps 232 (with 24, ptxas spilled in the producer).
+COPY_PRODUCER_REGISTERS = 40
+
 
 @cache
 def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
@@ -79,7 +86,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          has_zeros: bool = False, bm: int = 256, bk: int = 64,
                          num_warps: int = 8, stages: int = 4, lead: int = 2,
                          group_m: int = 8, prefetch: int = 1,
-                         wide_stores: bool = False, producer: int = 0, split_k: int = 1):
+                         wide_stores: bool = False, producer: int = 0, split_k: int = 1,
+                         cluster_n: int = 1):
         b = wdtype.bits
         tv.static_assert(1 <= b <= 8, f"wdtype must have 1..8 bits, got {wdtype}")
         tv.static_assert(bk in (32, 64) and group_size % bk == 0,
@@ -104,11 +112,21 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                          f"split_k={split_k} splits K into whole iterations of {chunk} rows "
                          f"(stages * bk), which must be whole groups of {group_size}, "
                          f"without a converting producer")
+        tv.static_assert(cluster_n in (1, 2, 4) and (cluster_n == 1 or (
+            split_k == 1 and not producer)),
+                         f"cluster_n={cluster_n} must be 1, 2 or 4, and more than 1 only "
+                         f"without split_k or a converting producer")
         if producer:  # warps of their own convert (`tv.producer_warp`); the scales
             # then come from global memory (the producer waits for no copy)
             tv.producer_warp(registers=producer, converts=True)
+        elif cluster_n > 1:  # a warpgroup of its own issues the copies (x's multicast)
+            # and gives the 8 warps its registers: they need more than the 168 a thread
+            # a block of 12 warps starts with
+            tv.producer_warp(registers=COPY_PRODUCER_REGISTERS)
         n_tile, n0, m0, gxt, gw, gs, gz = block_tile(x, w, scales, zeros, M, N, K, b, bm, bn,
-                                                     group_size, group_m, split_k=split_k)
+                                                     group_size, group_m, split_k=split_k,
+                                                     cluster_n=cluster_n)
+        shared_x = cluster_n > 1  # (x's tiles copied once for the cluster's blocks)
         # Every k below is of the block's rows of K, offset by `k_begin` where memory is
         # read.
         k_begin, k_len = block_rows(K, chunk, split_k)
@@ -154,7 +172,7 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
         if not producer:
             copy_scales(ss, zs, 0, gs, gz, n0, k_begin, group_size)
         for first in range(lead):
-            tv.copy_async(xs[first], gxt, [k_begin + first * bk, m0])
+            tv.copy_async(xs[first], gxt, [k_begin + first * bk, m0], multicast=shared_x)
             if not producer:
                 copy_scales(ss, zs, first + 1, gs, gz, n0, k_begin + (first + 1) * bk,
                             group_size)
@@ -199,7 +217,8 @@ def qmm_wgmma_shared_kernel(act: DataType | str = "f16") -> Kernel:
                 tv.copy_async_wait(lead - 1)  # x of k-tile t, the scales of t + 1 (this
                 tv.sync()  # thread's copies); every warp's weights of t stored
                 acc = tv.dot(wbufs[s], xs[s], acc)
-                tv.copy_async(xs[(s + lead) % stages], gxt, [k_begin + k + lead * bk, m0])
+                tv.copy_async(xs[(s + lead) % stages], gxt, [k_begin + k + lead * bk, m0],
+                              multicast=shared_x)
                 if not producer:
                     copy_scales(ss, zs, (s + lead + 1) % stages, gs, gz, n0,
                                 k_begin + k + (lead + 1) * bk, group_size)

@@ -102,10 +102,11 @@ class Schedule:
             raise ValueError(f"pair_k (two warpgroups on a pair of k-tiles) is the register-A "
                              f"wgmma kernel's with 8 warps, got {self!r}")
         if self.cluster_n != 1 and (not self.wgmma or self.cluster_n not in (2, 4)
-                                    or self.shared_weights or self.dequant or self.stream_k
+                                    or self.producer or self.dequant or self.stream_k
                                     or self.split_k > 1 or self.pair_k):
             raise ValueError(f"cluster_n (column tiles sharing x's copies) is the register-A "
-                             f"wgmma kernel's, 2 or 4, unsplit, got {self!r}")
+                             f"and shared-weights wgmma kernels', 2 or 4, unsplit, without "
+                             f"a converting producer, got {self!r}")
         if self.wgmma and self.warps_m != 1:
             raise ValueError(f"warps_m is the staged kernel's, got {self!r}")
         if (self.lead or self.shared_weights or self.dequant or self.half_atoms) \

@@ -239,6 +239,11 @@ def _interpret(x, qw, s: Schedule) -> np.ndarray:
     ("int4", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
                           split_k=2), 70, 200),
     ("uint3", True, wgmma(32, 8, 4, 64, lead=1, shared_weights=True, split_k=3), 17, 264),
+    # the shared-weights kernel's column tiles sharing x: 3 tiles of 128 columns in 2
+    # clusters of 2 with zero points, 2 in one cluster of 4 (2 blocks wholly past N)
+    ("uint3", True, wgmma(32, 8, 4, 64, lead=1, shared_weights=True, cluster_n=2), 17, 264),
+    ("int4", False, wgmma(64, 8, 4, 64, lead=2, prefetch=4, shared_weights=True,
+                          cluster_n=4), 70, 200),
 ])
 def test_kernel_matches_float64_in_the_interpreter(wdtype, zeros, s, M, N):
     K, g = 512, 64
@@ -659,7 +664,9 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
                                  cluster_n=2)),
     ("uint3", "bf16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, cluster_n=4)),
     ("f6e3m2", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=8, half_atoms=True,
-                                   cluster_n=4))])
+                                   cluster_n=4)),
+    ("int4", "bf16", True, wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
+                                 cluster_n=2))])
 def test_gpu_wgmma_work_shared_in_a_block_or_a_cluster(wdtype, act, zeros, s):
     """Work shared inside a block (pair_k: K) or a cluster (split_cluster: K; cluster_n:
     x's copies): ragged M and N, K past whole iterations (16.5 of 256 rows); repeated
@@ -917,11 +924,15 @@ def test_wgmma_schedules():
         wgmma(256, 8, 4, 128, lead=2, split_k=2, shared_weights=True, producer=128)
     with pytest.raises(ValueError, match="split_k is the wgmma kernels' without"):
         Schedule(256, 64, 8, 2, wgmma=True, stages=4, lead=2, dequant=True)
-    # column tiles sharing x: the register-A kernel's, 2 or 4, unsplit
+    # column tiles sharing x: the register-A and shared-weights kernels', 2 or 4,
+    # unsplit, without a converting producer
     clustered = wgmma(64, 4, 4, 128, lead=2, prefetch=4, half_atoms=True, cluster_n=2)
     assert clustered.constants()["cluster_n"] == 2 and str(clustered).endswith("cluster_n=2")
+    sharing = wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True, cluster_n=2)
+    assert sharing.constants()["cluster_n"] == 2 and sharing.fits(4096, 128)
     for bad in (dict(cluster_n=3), dict(cluster_n=2, split_k=2),
-                dict(cluster_n=2, shared_weights=True), dict(cluster_n=4, stream_k=1)):
+                dict(cluster_n=2, shared_weights=True, producer=128),
+                dict(cluster_n=4, stream_k=1)):
         with pytest.raises(ValueError, match="cluster_n"):
             wgmma(64, 4, 4, 128, lead=2, **bad)
     with pytest.raises(ValueError, match="one kernel"):
