@@ -19,7 +19,8 @@ geometric mean, range); in decode (M = 1 and 16, `DECODE_LAYERS`, `DECODE_TYPES`
 backend's cells at `COPY_FRACTION` of the copy bandwidth its run measured (a cell's
 bytes over its time, the median over the runs) and where int2 ends; and at M = 4096
 each backend's cells under cuBLAS f16 (the rows' `speedup_vs_cublas`, the median over
-the runs).
+the runs); and where the runs timed tilevm by both methods, its cells whose graph time
+is at most its isolated time.
 """
 
 from __future__ import annotations
@@ -176,6 +177,22 @@ def prefill_lines(runs: Sequence[list[dict[str, Any]]], backends: Sequence[str],
     return lines
 
 
+def graph_against_isolated(runs: Sequence[list[dict[str, Any]]]) -> list[str]:
+    """Where the runs timed tilevm both ways: its cells whose graph time (back to back,
+    the median over the runs) is at most its isolated time (one call after an L2 flush),
+    as issue 48 asks."""
+    graph, isolated = times(runs, "tilevm", "graph"), times(runs, "tilevm", "isolated")
+    both = sorted(set(graph) & set(isolated))
+    if not both:
+        return []
+    ratios = {c: statistics.median(graph[c]) / statistics.median(isolated[c]) for c in both}
+    over = sorted(((r, c) for c, r in ratios.items() if r > 1.0), reverse=True)
+    return [f"- tilevm, graph against isolated: {len(both) - len(over)} of {len(both)} "
+            f"cells at most the isolated time" + (
+                f"; the most over: {over[0][1][0]} M={over[0][1][1]} {over[0][1][2]} "
+                f"({over[0][0]:.2f}x)" if over else "") + "."]
+
+
 def report(compared: Sequence[Compared], notes: Sequence[str], peer: str, method: str,
            runs: int) -> str:
     lines = [f"# tilevm against {peer} ({method} method, {runs} run{'s' * (runs > 1)})", "",
@@ -223,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     backends = ("tilevm", args.peer)
     copy_bw = [float((r.get("ceilings") or {}).get("copy_bw_bytes_per_s") or math.nan)
                for r in reports]
-    extra = prefill_lines(runs, backends, args.method)
+    extra = prefill_lines(runs, backends, args.method) + graph_against_isolated(runs)
     if not any(math.isnan(bw) for bw in copy_bw):
         extra = decode_lines(runs, copy_bw, backends, args.method) + extra
     if extra:

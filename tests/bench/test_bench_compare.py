@@ -114,3 +114,15 @@ def test_runs_without_ceilings_leave_out_the_bandwidth_lines(tmp_path, capsys):
     assert compare.main([str(path)]) == 0
     text = capsys.readouterr().out
     assert "## By batch size" in text and "copy bandwidth" not in text
+
+
+def test_graph_time_against_isolated_time_where_both_were_taken(tmp_path, capsys):
+    rows = [_row("tilevm", "70b.o", 1, 10.0), _row("tilevm", "70b.o", 1, 9.0,
+                                                   method="isolated"),
+            _row("tilevm", "8b.qkv", 16, 12.0), _row("tilevm", "8b.qkv", 16, 12.5,
+                                                     method="isolated"),
+            _row("humming", "70b.o", 1, 11.0), _row("humming", "8b.qkv", 16, 13.0)]
+    assert compare.main([str(_write(tmp_path, "run.json", rows))]) == 0
+    assert ("- tilevm, graph against isolated: 1 of 2 cells at most the isolated time; "
+            "the most over: 70b.o M=1 int4 (1.11x).") in capsys.readouterr().out
+    assert compare.graph_against_isolated([[_row("tilevm", "70b.o", 1, 10.0)]]) == []
