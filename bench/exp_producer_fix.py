@@ -8,7 +8,9 @@ Part A, between decode and prefill (int4, graph over weight copies larger than L
 register-A kernel unsplit, alone and as clusters of 2 and 4 column tiles sharing x
 (`cluster_n`: a producer warp multicasting x), beside the matrix run's best schedule.
 Part B, prefill: the dequant pair's matmul (`wt_matmul`, f16 weights, M = 4096) plain,
-with the producer warp, and with clusters of 2 sharing x, against cuBLAS f16. Part C,
+with the producer warp, and with clusters of 2 sharing x, and the persistent matmul of
+tests/programs (a block an SM, the producer copying the next tile's k-tiles while the
+others store), against cuBLAS f16. Part C,
 prefill: the shared-weights kernel (int4) with a converting producer warpgroup, and as
 clusters of 2 or 4 column tiles sharing x (a copying producer warpgroup multicasts it). Part D,
 int3 between decode and prefill (its odd width has no half atoms): two warpgroups on
@@ -20,6 +22,9 @@ import statistics
 import sys
 
 import torch
+
+sys.path.insert(0, "tests/programs")  # (the persistent matmul the tests keep)
+from persistent_wgmma_kernels import persistent_kernel  # noqa: E402
 
 from tilevm.backend.launch import compiled_kernel
 from tilevm.kernels import matmul_launch as ml
@@ -117,6 +122,23 @@ def part_b(name, N, K, M):
             row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
             row["us"] = replay_us(lambda i, _, k=k: k(x, wts[i % len(wts)], y, M, N, K), 8)
             row["registers"] = k.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS")
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        print(json.dumps(row), flush=True)
+    # the persistent matmul with a producer warp (or a warpgroup keeping 40 registers)
+    # of tests/programs, stored straight from the fragments: one block an SM
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for registers in (None, 40):
+        row = {"part": "B", "layer": name, "N": N, "K": K, "M": M,
+               "variant": f"persistent direct registers={registers} P={sms}"}
+        try:
+            k = compiled_kernel(persistent_kernel("f16", registers).specialize(
+                stages=4, direct=True))
+            k(x, wts[0], y, M, N, K, sms)
+            torch.cuda.synchronize()
+            row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
+            row["us"] = replay_us(
+                lambda i, _, k=k: k(x, wts[i % len(wts)], y, M, N, K, sms), 8)
         except Exception as e:  # noqa: BLE001
             row["error"] = f"{type(e).__name__}: {e}"[:300]
         print(json.dumps(row), flush=True)
