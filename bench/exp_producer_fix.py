@@ -17,14 +17,12 @@ int3 between decode and prefill (its odd width has no half atoms): two warpgroup
 pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since c242b48) beside
 the matrix run's pick; and the same for int4 on two cells.
 One JSON line a measurement on stdout."""
+import importlib.util
 import json
 import statistics
 import sys
 
 import torch
-
-sys.path.insert(0, "tests/programs")  # (the persistent matmul the tests keep)
-from persistent_wgmma_kernels import persistent_kernel  # noqa: E402
 
 from tilevm.backend.launch import compiled_kernel
 from tilevm.kernels import matmul_launch as ml
@@ -32,6 +30,11 @@ from tilevm.kernels import quantize
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
 from tilevm.kernels.schedule import wgmma
 
+_spec = importlib.util.spec_from_file_location(  # the persistent matmul the tests keep
+    "persistent_wgmma_kernels", "tests/programs/persistent_wgmma_kernels.py")
+_programs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_programs)
+persistent_kernel = _programs.persistent_kernel
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABCD"
 
