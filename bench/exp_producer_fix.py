@@ -15,7 +15,9 @@ prefill: the shared-weights kernel (int4) with a converting producer warpgroup, 
 clusters of 2 or 4 column tiles sharing x (a copying producer warpgroup multicasts it). Part D,
 int3 between decode and prefill (its odd width has no half atoms): two warpgroups on
 pairs of k-tiles of whole atoms (`pair_k`, 128 columns; possible since c242b48) beside
-the matrix run's pick; and the same for int4 on two cells.
+the matrix run's pick; and the same for int4 on two cells. Part E, decode on the 70B
+layers: the streaming kernel with more weight bytes in flight (codes 1-4 k-tiles ahead,
+4 or 8 warps), since int8 reads 70B gate_up at 103% of the copy's rate and int4 at 83%.
 One JSON line a measurement on stdout."""
 import importlib.util
 import json
@@ -28,7 +30,7 @@ from tilevm.backend.launch import compiled_kernel
 from tilevm.kernels import matmul_launch as ml
 from tilevm.kernels import quantize
 from tilevm.kernels.qmm_dequant import wt_matmul_kernel
-from tilevm.kernels.schedule import wgmma
+from tilevm.kernels.schedule import Schedule, wgmma
 
 _spec = importlib.util.spec_from_file_location(  # the persistent matmul the tests keep
     "persistent_wgmma_kernels", "tests/programs/persistent_wgmma_kernels.py")
@@ -36,7 +38,7 @@ _programs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_programs)
 persistent_kernel = _programs.persistent_kernel
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
-PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABCD"
+PARTS = sys.argv[1] if len(sys.argv) > 1 else "ABCDE"
 
 
 def replay_us(run, calls: int) -> float:
@@ -195,3 +197,11 @@ if "D" in PARTS:  # int3's picks in the matrix run at eec0b94, then whole-atom p
         time_schedules("D", name, N, K, M, [best] + [
             wgmma(bm, 8, 4, 128, lead=2, prefetch=2, pair_k=True, split_k=k)
             for bm in bms for k in (1, 2)])
+if "E" in PARTS:  # the matrix run's picks at M = 1: 4 warps, K split 8
+    for name, N, K, wdtype in (("70b.gate_up", 57344, 8192, "int4"),
+                               ("70b.down", 8192, 28672, "int4"),
+                               ("70b.down", 8192, 28672, "f6e3m2")):
+        time_schedules("E", name, N, K, 1, [
+            Schedule(8, 64, w, 8, prefetch=p, unroll=u, swap_ab=True)
+            for w in (4, 8) for p, u in ((1, 1), (2, 1), (3, 2), (4, 1), (4, 2))],
+            wdtype=wdtype)
