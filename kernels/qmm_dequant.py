@@ -23,8 +23,8 @@ conversion's cost (the dearer it is, the better this pair does: docs/quantized-m
   past M, N, K are zero-filled by the copies and never stored. With `producer` a
   producer warp issues the copies; with `cluster` (2 or 4, and the producer) that many
   adjacent column tiles of a row tile form a cluster that reads each k-tile of x once
-  (multicast). Neither was faster than the plain form (no producer, lead 2), which is
-  the one the tuner times.
+  (multicast). The tuner times the plain form (no producer, lead 2); the others'
+  measurements: docs/design-decisions.md, "Warp specialization, persistence, clusters".
 """
 
 # No `from __future__ import annotations` here: the kernels' parameter annotations
