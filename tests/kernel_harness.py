@@ -141,6 +141,15 @@ def qmm_tolerance(x: np.ndarray, qw: Any, ref: np.ndarray) -> float:
     return 2.0 ** -11 * (np.abs(ref).max() + K * float(np.abs(x).max()) * w_max / 8) + 1e-6
 
 
+def cuda_torch() -> Any:
+    """PyTorch, for a GPU test that runs through it; the test is skipped where PyTorch is
+    not installed or sees no GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no GPU")
+    return torch
+
+
 def require_sm90(what: str) -> None:
     """Skip a GPU test whose code needs an sm_90 GPU (wgmma, TMA, clusters) on any other
     (`what` names it in the reason)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kernel_harness import GOLDEN
+from kernel_harness import GOLDEN, cuda_torch
 
 from tilevm.backend.analysis.signature import ParamSpec, Signature, signature_from_program
 from tilevm.backend.cuda import driver
@@ -338,9 +338,7 @@ def test_real_torch_cpu_tensors_are_declined(sig, monkeypatch) -> None:
 
 @pytest.mark.gpu
 def test_gpu_torch_fast_path(monkeypatch) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no GPU")
+    torch = cuda_torch()
     import tilevm as tv
     from tilevm.examples.vector_add import vector_add
 

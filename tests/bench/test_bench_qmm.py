@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from kernel_harness import cuda_torch
 
 from tilevm import dtypes
 from tilevm.bench import (
@@ -435,9 +436,7 @@ def test_check_passes_rounding_and_fails_wrong_or_nan_results():
 
 @pytest.mark.gpu
 def test_a_tiny_benchmark_runs_checks_and_times_on_the_gpu(tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+    cuda_torch()  # (the bench times cuBLAS through PyTorch)
     status = qmm.main([str(tmp_path), "--shapes", "256x512", "--m", "1,17",
                        "--dtypes", "int4,f6e3m2", "--act", "f16,bf16",
                        "--backends", "tilevm,cublas", "--budget-s", "0"])

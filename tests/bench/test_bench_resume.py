@@ -5,6 +5,7 @@ leaves the previous results alone."""
 import json
 
 import pytest
+from kernel_harness import cuda_torch
 
 from tilevm.bench import qmm, resume
 from tilevm.bench.protocol import Config, parse_options, plan
@@ -88,9 +89,7 @@ def test_resume_without_a_gpu_leaves_the_previous_results(tmp_path, monkeypatch,
 
 @pytest.mark.gpu
 def test_a_run_stopped_by_its_budget_is_finished_by_a_resumed_one(tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+    cuda_torch()  # (the bench times cuBLAS through PyTorch)
     argv = [str(tmp_path), "--shapes", "256x512", "--m", "1,17", "--dtypes", "int4",
             "--backends", "tilevm,cublas", "--methods", "graph"]
     assert qmm.main([*argv, "--budget-s", "0.001"]) == 0  # the ceilings take longer

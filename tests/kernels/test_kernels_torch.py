@@ -6,6 +6,7 @@ captured over a 32-layer stack replays what eager mode computes, bit for bit."""
 from __future__ import annotations
 
 import pytest
+from kernel_harness import cuda_torch
 
 from tilevm import kernels
 from tilevm.kernels import quantized_matmul
@@ -13,9 +14,7 @@ from tilevm.kernels import quantized_matmul
 
 @pytest.fixture
 def torch(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no GPU")
+    torch = cuda_torch()
     monkeypatch.setenv("TILEVM_CACHE_DIR", str(tmp_path))
     return torch
 

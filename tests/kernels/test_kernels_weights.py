@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kernel_harness import cuda_torch
 
 from tilevm import dtypes
 from tilevm.dtypes import DataType, DTypeError, Kind
@@ -539,13 +540,6 @@ def test_torch_is_not_imported() -> None:
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
-
-def cuda_torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return torch
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("t", [dtypes.int4, dtypes.uint4, dtypes.int3, dtypes.f4e2m1,
