@@ -69,24 +69,29 @@ def config_key(item: Config | Mapping[str, Any]) -> tuple:
                                      "group_size"))
 
 
+def measured_keys(rows: Iterable[Mapping[str, Any]]) -> set[tuple]:
+    """The configurations (`config_key`) that `rows` measured."""
+    return {config_key(r) for r in rows if r.get("status") in MEASURED}
+
+
 def measured_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The rows of `rows` whose configuration was measured (every row of it: the graph
     row beside the isolated one); the others (skipped) are run again."""
     rows = list(rows)
-    done = {config_key(r) for r in rows if r.get("status") in MEASURED}
+    done = measured_keys(rows)
     return [r for r in rows if config_key(r) in done]
 
 
 def pending(configs: Sequence[Config], rows: Iterable[Mapping[str, Any]]) -> list[Config]:
     """The configurations of `configs` that `rows` did not measure, in order."""
-    done = {config_key(r) for r in measured_rows(rows)}
+    done = measured_keys(rows)
     return [c for c in configs if config_key(c) not in done]
 
 
 def part_of(report: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What "parts" records of one run that measured `rows`: its date, commit, time,
     ceilings and how many configurations it measured."""
-    measured = len({config_key(r) for r in rows if r.get("status") in MEASURED})
+    measured = len(measured_keys(rows))
     return {"date": report.get("date"),
             "tilevm_commit": report.get("environment", {}).get("tilevm_commit"),
             "elapsed_s": report.get("elapsed_s"), "ceilings": report.get("ceilings"),
