@@ -81,7 +81,7 @@ def read_run(path: Path) -> dict[str, Any]:
 
 
 def times(runs: Sequence[list[dict[str, Any]]], backend: str, method: str,
-          value: Callable[[dict[str, Any], int], float] = lambda r, run: float(r["us"])
+          value: Callable[[dict[str, Any], int], float] | None = None
           ) -> dict[Cell, list[float]]:
     """Per cell, `value(row, run index)` of `backend`'s passing rows with `method` (their
     times in us by default), one a run that has it."""
@@ -92,8 +92,18 @@ def times(runs: Sequence[list[dict[str, Any]]], backend: str, method: str,
                     or not r.get("check_passed") or r.get("us") is None:
                 continue
             cell = (r["shape"], int(r["M"]), r["wdtype"], r["act"])
-            found.setdefault(cell, []).append(value(r, i))
+            found.setdefault(cell, []).append(float(r["us"]) if value is None else value(r, i))
     return found
+
+
+def medians(runs: Sequence[list[dict[str, Any]]], backend: str, method: str,
+            value: Callable[[dict[str, Any], int], float] | None = None
+            ) -> dict[Cell, float]:
+    """Per cell, the median over the runs of `times`' values; cells whose rows lack the
+    value (NaN) left out."""
+    found = {cell: statistics.median(v)
+             for cell, v in times(runs, backend, method, value).items()}
+    return {cell: v for cell, v in found.items() if not math.isnan(v)}
 
 
 def compare(runs: Sequence[list[dict[str, Any]]], peer: str, method: str
@@ -133,11 +143,10 @@ def copy_fractions(runs: Sequence[list[dict[str, Any]]], copy_bw: Sequence[float
                    backend: str, method: str) -> dict[Cell, float]:
     """Per decode cell (M = 1, 16 on `DECODE_LAYERS`), the median over the runs of its
     bytes a second over its run's copy bandwidth (bytes/s)."""
-    fractions = times(runs, backend, method, lambda r, i: float(
+    fractions = medians(runs, backend, method, lambda r, i: float(
         r.get("bytes") or math.nan) / (float(r["us"]) * 1e-6) / copy_bw[i])
-    medians = {cell: statistics.median(f) for cell, f in fractions.items()
-               if cell[1] in (1, 16) and cell[0] in DECODE_LAYERS}
-    return {cell: f for cell, f in medians.items() if not math.isnan(f)}
+    return {cell: f for cell, f in fractions.items()
+            if cell[1] in (1, 16) and cell[0] in DECODE_LAYERS}
 
 
 def decode_lines(runs: Sequence[list[dict[str, Any]]], copy_bw: Sequence[float],
@@ -163,10 +172,9 @@ def prefill_lines(runs: Sequence[list[dict[str, Any]]], backends: Sequence[str],
                   method: str) -> list[str]:
     lines = []
     for backend in backends:
-        speedups = times(runs, backend, method,
-                         lambda r, i: float(r.get("speedup_vs_cublas") or math.nan))
-        cells = {c: statistics.median(v) for c, v in speedups.items() if c[1] == 4096}
-        measured = {c: v for c, v in cells.items() if not math.isnan(v)}
+        speedups = medians(runs, backend, method,
+                           lambda r, i: float(r.get("speedup_vs_cublas") or math.nan))
+        measured = {c: v for c, v in speedups.items() if c[1] == 4096}
         if not measured:
             continue
         under = sorted((v, c) for c, v in measured.items() if v < 1.0)
@@ -181,11 +189,11 @@ def graph_against_isolated(runs: Sequence[list[dict[str, Any]]]) -> list[str]:
     """Where the runs timed tilevm both ways: its cells whose graph time (back to back,
     the median over the runs) is at most its isolated time (one call after an L2 flush),
     as issue 48 asks."""
-    graph, isolated = times(runs, "tilevm", "graph"), times(runs, "tilevm", "isolated")
+    graph, isolated = medians(runs, "tilevm", "graph"), medians(runs, "tilevm", "isolated")
     both = sorted(set(graph) & set(isolated))
     if not both:
         return []
-    ratios = {c: statistics.median(graph[c]) / statistics.median(isolated[c]) for c in both}
+    ratios = {c: graph[c] / isolated[c] for c in both}
     over = sorted(((r, c) for c, r in ratios.items() if r > 1.0), reverse=True)
     return [f"- tilevm, graph against isolated: {len(both) - len(over)} of {len(both)} "
             f"cells at most the isolated time" + (
