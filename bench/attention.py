@@ -96,10 +96,7 @@ def measure(S: int, BH: int, d: int, causal: bool, args: argparse.Namespace,
     row["speed_over_sdpa"] = row["sdpa_us"] / row["tilevm_us"]
     gpu = gpu_for_device(torch.cuda.get_device_name())
     if gpu is not None:
-        resources = Resources(kernel.num_threads,
-                              kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                              kernel.shared_bytes)
-        e = estimate(program, {"S": S, "BH": BH}, gpu, resources)
+        e = estimate(program, {"S": S, "BH": BH}, gpu, Resources.of(kernel))
         row.update(predicted_us=e.predicted_s * 1e6, bound_term=e.bound_term,
                    bound_us=e.bound_s * 1e6)
     return row

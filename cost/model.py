@@ -45,6 +45,13 @@ class Resources:
     registers_per_thread: int
     shared_bytes: int
 
+    @classmethod
+    def of(cls, kernel: Any) -> Resources:
+        """What a block of a loaded kernel (`backend.cuda.Kernel`) holds: its threads,
+        ptxas's registers a thread (the driver's attribute), its shared bytes."""
+        return cls(kernel.num_threads, kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                   kernel.shared_bytes)
+
 
 @dataclass(frozen=True)
 class Estimate:

@@ -37,11 +37,11 @@ from dataclasses import asdict
 from typing import Any, NamedTuple
 
 from tilevm.cost.hardware import gpu_for_device
+from tilevm.cost.model import Resources
 from tilevm.kernels.matmul_launch import (
     Plan,
     gpu_name,
     is_hopper,
-    kernel_resources,
     plan_call,
     prebuild_schedules,
     raw_stream,
@@ -316,7 +316,7 @@ def tune(x: Any, qw: QuantizedWeight, reps: int = 20, *, ranked: bool = False
     analysis = time.perf_counter()
     if gpu is not None and len(todo) > 1:
         _progress(f"ranking {len(todo)} qmm variants by the cost model", 0, 1)
-        launches = [[(program, {"M": M, "N": N, "K": K}, kernel_resources(kernel))
+        launches = [[(program, {"M": M, "N": N, "K": K}, Resources.of(kernel))
                      for program, kernel in schedule_launches(qw, s, N)] for s in todo]
         todo = [todo[i] for i in fastest(predicted_seconds(launches, gpu), 1 / 3)]
     analysis_s = time.perf_counter() - analysis

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 from tilevm.backend.launch import compiled_kernel
 from tilevm.backend.prebuild import prebuild
-from tilevm.cost.model import Resources
 from tilevm.kernels.qmm import qmm_kernel, splitk_sizes
 from tilevm.kernels.qmm_dequant import dequantize_kernel, wt_matmul_kernel
 from tilevm.kernels.qmm_staged import qmm_staged_kernel
@@ -175,13 +174,6 @@ def schedule_launches(qw: QuantizedWeight, s: Schedule, N: int) -> list[tuple[An
     """(program, loaded kernel) of each launch a call with schedule `s` makes."""
     qmm = (schedule_program(qw, s, N), loaded_kernel(qw, s, N))
     return [(dequantizer_program(qw), dequantizer(qw)), qmm] if s.dequant else [qmm]
-
-
-def kernel_resources(kernel: Any) -> Resources:
-    """What a block of the loaded `kernel` holds: its threads, ptxas's registers per
-    thread, its shared bytes."""
-    return Resources(kernel.num_threads, kernel.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                     kernel.shared_bytes)
 
 
 def schedule_kernel(s: Schedule, act: str = "f16") -> Any:

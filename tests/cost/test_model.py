@@ -126,3 +126,13 @@ def test_vmc_analyze_takes_measured_ceilings_and_a_measured_time(tmp_path, capsy
     assert status == 2 and "copy_bw_bytes_per_s" in err
     status, _, err = vmc(capsys, "analyze", *args, "--measured-us", "-3")
     assert status == 2 and "positive" in err
+
+
+def test_resources_of_a_loaded_kernel_read_its_threads_registers_and_shared_bytes():
+    class Loaded:  # (what `backend.cuda.Kernel` offers)
+        num_threads, shared_bytes = 384, 200_000
+
+        def attribute(self, name):
+            return {"CU_FUNC_ATTRIBUTE_NUM_REGS": 168}[name]
+
+    assert Resources.of(Loaded()) == Resources(384, 168, 200_000)

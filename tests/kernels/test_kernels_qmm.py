@@ -807,6 +807,7 @@ def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
     import torch
 
     from tilevm.cost.hardware import gpu_for_device
+    from tilevm.cost.model import Resources
     from tilevm.kernels import quantized_matmul
     from tilevm.tune.rank import fastest, predicted_seconds
 
@@ -820,7 +821,7 @@ def test_gpu_tuning_times_the_third_the_cost_model_ranks_fastest():
     if gpu is None:  # a GPU the model has no table for: every candidate timed
         assert report["timed"] == len(todo)
     else:  # the model's fastest third, computed here independently of the tuner
-        launches = [[(p, {"M": M, "N": N, "K": K}, matmul_launch.kernel_resources(k))
+        launches = [[(p, {"M": M, "N": N, "K": K}, Resources.of(k))
                      for p, k in matmul_launch.schedule_launches(qw, s, N)] for s in todo]
         kept = [todo[i] for i in fastest(predicted_seconds(launches, gpu, workers=1), 1 / 3)]
         assert report["timed"] == len(kept) == max(1, len(todo) // 3)
