@@ -87,8 +87,8 @@ def time_schedules(part, name, N, K, M, todo, wdtype="int4"):
                "schedule": str(s)}
         try:
             stream = torch.cuda.current_stream().cuda_stream
-            plans = [ml.plan_call(x, q, y, s, stream, (M, N)) for q in qws]
-            out = ml.run_plan(plans[0], x.data_ptr(), stream)
+            out = ml.run_plan(ml.plan_call(x, first, y, s, stream, (M, N)), x.data_ptr(),
+                              stream)
             torch.cuda.synchronize()
             row["rel_err"] = float((out.double() - ref).abs().max() / ref.abs().max())
             on = {}  # the plans for the capture's stream
@@ -113,40 +113,36 @@ def part_b(name, N, K, M):
     row = {"part": "B", "layer": name, "N": N, "K": K, "M": M, "variant": "cublas"}
     row["us"] = replay_us(lambda i, _: torch.matmul(x, wts[i % len(wts)].t(), out=y), 8)
     print(json.dumps(row), flush=True)
+
+    def time_kernel(variant, program, *tail):
+        """One f16 matmul kernel (`program()` specializes it) y = x W^T, checked, then
+        timed over the copies of W."""
+        row = {"part": "B", "layer": name, "N": N, "K": K, "M": M, "variant": variant}
+        try:
+            k = compiled_kernel(program())
+            k(x, wts[0], y, M, N, K, *tail)
+            torch.cuda.synchronize()
+            row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
+            row["us"] = replay_us(lambda i, _: k(x, wts[i % len(wts)], y, M, N, K, *tail), 8)
+            row["registers"] = k.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS")
+        except Exception as e:  # noqa: BLE001 (a variant that fails is a finding)
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        print(json.dumps(row), flush=True)
+
     kernel = wt_matmul_kernel("f16")
     for producer, cluster, lead in ((False, 1, 2), (True, 1, 2), (True, 1, 3), (True, 2, 2),
                                     (True, 2, 3)):
-        row = {"part": "B", "layer": name, "N": N, "K": K, "M": M,
-               "variant": f"producer={producer} cluster={cluster} lead={lead}"}
-        try:
-            k = compiled_kernel(kernel.specialize(bm=256, bk=64, num_warps=8, stages=4,
-                                                  lead=lead, producer=producer,
-                                                  cluster=cluster, wide_stores=True))
-            k(x, wts[0], y, M, N, K)
-            torch.cuda.synchronize()
-            row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
-            row["us"] = replay_us(lambda i, _, k=k: k(x, wts[i % len(wts)], y, M, N, K), 8)
-            row["registers"] = k.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS")
-        except Exception as e:  # noqa: BLE001
-            row["error"] = f"{type(e).__name__}: {e}"[:300]
-        print(json.dumps(row), flush=True)
+        time_kernel(f"producer={producer} cluster={cluster} lead={lead}",
+                    lambda p=producer, c=cluster, ld=lead: kernel.specialize(
+                        bm=256, bk=64, num_warps=8, stages=4, lead=ld, producer=p, cluster=c,
+                        wide_stores=True))
     # the persistent matmul with a producer warp (or a warpgroup keeping 40 registers)
     # of tests/programs, stored straight from the fragments: one block an SM
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for registers in (None, 40):
-        row = {"part": "B", "layer": name, "N": N, "K": K, "M": M,
-               "variant": f"persistent direct registers={registers} P={sms}"}
-        try:
-            k = compiled_kernel(persistent_kernel("f16", registers).specialize(
-                stages=4, direct=True))
-            k(x, wts[0], y, M, N, K, sms)
-            torch.cuda.synchronize()
-            row["rel_err"] = float((y.float() - ref).abs().max() / ref.abs().max())
-            row["us"] = replay_us(
-                lambda i, _, k=k: k(x, wts[i % len(wts)], y, M, N, K, sms), 8)
-        except Exception as e:  # noqa: BLE001
-            row["error"] = f"{type(e).__name__}: {e}"[:300]
-        print(json.dumps(row), flush=True)
+        time_kernel(f"persistent direct registers={registers} P={sms}",
+                    lambda r=registers: persistent_kernel("f16", r).specialize(
+                        stages=4, direct=True), sms)
     torch.cuda.empty_cache()
 
 
