@@ -248,8 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = {cell_key(r) for r in rows if "speedup" in r}
     cells = [(wdtype, shape, N, K, M) for wdtype in dtypes for shape, N, K in shapes
              for M in ms][shard::shards]
-    todo = [c for c in cells if args.again
-            or (c[0], c[1], c[4], args.group_size, args.seed) not in done]
+    keys = {c: (c[0], c[1], c[4], args.group_size, args.seed) for c in cells}  # `cell_key`
+    todo = [c for c in cells if args.again or keys[c] not in done]
     device = None
     if todo:
         try:
@@ -262,8 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the GPU is {device.arch}, which tilevm does not compile for",
                   file=sys.stderr)
             return 1
-    for wdtype, shape, N, K, M in todo:
-        key = (wdtype, shape, M, args.group_size, args.seed)
+    for cell in todo:
+        wdtype, shape, N, K, M = cell
         print(f"{wdtype} {shape} M={M} on {device.name}", file=sys.stderr)
         try:
             row = tune_cell(wdtype, shape, N, K, M, args, device.arch == "sm_90a")
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
                    "group_size": args.group_size, "seed": args.seed,
                    "error": f"{type(err).__name__}: {err}"}
-        rows = [r for r in rows if cell_key(r) != key] + [row]
+        rows = [r for r in rows if cell_key(r) != keys[cell]] + [row]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         (args.out / REPORT).write_text("\n".join(summary(rows)) + "\n")
     lines = summary(rows)
