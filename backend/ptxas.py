@@ -312,7 +312,7 @@ def disassemble(cubin: bytes, *, timeout: float = 300.0) -> str:
                               timeout=timeout)
     if proc.returncode != 0 or "error" in proc.stderr:
         raise DisassemblyError(f"nvdisasm could not disassemble the cubin: "
-                           f"{proc.stderr.strip()[:500]}")
+                               f"{proc.stderr.strip()[:500]}")
     return proc.stdout
 
 
