@@ -118,7 +118,8 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
         split_k == 1 and not pair_k and before_copy is None and before_loads is None)),
                      f"cluster_n={cluster_n} must be 1, 2 or 4, and more than 1 only "
                      f"without split_k, pair_k or waits before the copies")
-    if cluster_n > 1:  # (it issues the copies: x's multicast to the cluster)
+    shared_x = cluster_n > 1  # (x's tiles copied once for the cluster's blocks)
+    if shared_x:  # (a producer warp issues the copies: x's multicast to the cluster)
         tv.producer_warp()
     step = 2 * bk if pair_k else bk  # rows of K a stage of the main loop takes
     chunk = stages * step  # rows of K per iteration of the main loop
@@ -149,7 +150,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
     zs = [tv.alloc_shared(act, [bn, 1]) for _ in range(stages)] if has_zeros else None
     for first in range(lead):  # (not `s`: a runtime loop would carry it)
         start_ktile(xs, ss, zs, first, gxt, gs, gz, first * step, k_begin, k_len, m0, n0,
-                    group_size, split_k, before_copy, cluster_n > 1)
+                    group_size, split_k, before_copy, shared_x)
         tv.copy_async_commit()
     # (names carried by the loop: `REGISTER_A_AHEAD` slots)
     w1, w2, w3, w4, w5, w6, w7, w8 = fetch_ahead(codes_at, step, prefetch, REGISTER_A_AHEAD)
@@ -166,7 +167,7 @@ def wgmma_mainloop(x, w, scales, zeros, M, N, K, act: DataType, wdtype: DataType
             wt = scaled(wt, ss[s], zs[s] if has_zeros else None, lay, pair_k)
             start_ktile(xs, ss, zs, (s + lead) % stages, gxt, gs, gz, k + lead * step,
                         k_begin, k_len, m0, n0, group_size, split_k, before_copy,
-                        cluster_n > 1)
+                        shared_x)
             tv.copy_async_commit()
             acc = tv.dot(wt, xs[s], acc)
     tv.copy_async_wait(0)
