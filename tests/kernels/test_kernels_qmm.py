@@ -665,8 +665,8 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("uint3", "bf16", True, wgmma(128, 4, 4, 128, lead=2, prefetch=2, cluster_n=4)),
     ("f6e3m2", "f16", False, wgmma(64, 4, 4, 128, lead=2, prefetch=8, half_atoms=True,
                                    cluster_n=4)),
-    ("int4", "bf16", True, wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
-                                 cluster_n=2))])
+    ("uint4", "bf16", True, wgmma(256, 8, 4, 128, lead=2, prefetch=4, shared_weights=True,
+                                  cluster_n=2))])
 def test_gpu_wgmma_work_shared_in_a_block_or_a_cluster(wdtype, act, zeros, s):
     """Work shared inside a block (pair_k: K) or a cluster (split_cluster: K; cluster_n:
     x's copies): ragged M and N, K past whole iterations (16.5 of 256 rows); repeated
@@ -976,16 +976,19 @@ def test_wgmma_schedules():
 def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     """33..256 rows on Hopper: the register-A wgmma kernel with K split (`MIDDLE_TILES`:
     half atoms for even widths, in three too up to 64 rows, tiles of more than 64 rows
-    and k-tile pairs from 65 rows), beside the
-    streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings above;
-    elsewhere no wgmma kernel splits K."""
+    and k-tile pairs from 65 rows; for odd widths k-tile pairs of whole atoms instead),
+    beside the streaming kernel's 32-row tiles up to 64 rows and the 256-row tilings
+    above; elsewhere no wgmma kernel splits K."""
     for bits, tiles in ((4, 2), (3, 1)):
         found = candidates(64, 4096, 14336, 128, hopper=True, bits=bits)
         split = [s for s in found if s.wgmma and s.num_warps == 4]
         assert len(split) == 5 * tiles and {s.split_k for s in split} == {1, 2, 3, 4, 8}
         assert all(s.bm == 64 for s in found if s.wgmma)
         assert {s.half_atoms for s in split} == ({False, True} if bits == 4 else {False})
-        assert [s.split_k for s in found if s.num_warps == 8] == ([1] if bits == 4 else [])
+        # one 8-warp tile, unsplit: half atoms, or for the odd width two warpgroups of
+        # whole atoms on k-tile pairs
+        assert [(s.split_k, s.half_atoms, s.pair_k) for s in found if s.num_warps == 8] \
+            == [(1, bits == 4, bits == 3)]
         assert all(s.bm == 32 for s in found if not s.wgmma)  # no 64-row streaming tiles
         assert len(found) <= 21
     found = candidates(256, 4096, 14336, 128, hopper=True, bits=8)
@@ -994,11 +997,13 @@ def test_between_decode_and_prefill_on_hopper_the_wgmma_kernel_splits_k():
     assert {(s.bm, s.stages, s.lead, s.split_k) for s in found if s.pair_k} == \
         {(128, 4, 2, 1), (128, 2, 1, 1)}
     assert not any(s.pair_k for s in candidates(64, 4096, 14336, 128, hopper=True, bits=4))
-    assert not any(s.pair_k for s in candidates(256, 4096, 14336, 128, hopper=True, bits=3))
+    odd = candidates(256, 4096, 14336, 128, hopper=True, bits=3)
+    assert {(s.bm, s.half_atoms, s.split_k) for s in odd if s.pair_k} == \
+        {(64, False, 1), (128, False, 2)}
     assert {s.bm for s in found if s.split_k > 1} == {64, 128, 256}
     assert {(s.bm, s.half_atoms) for s in found if s.split_k > 2} == {(64, False),
                                                                       (64, True), (128, True)}
-    assert len(candidates(256, 4096, 14336, 128, hopper=True, bits=3)) <= 9
+    assert len(odd) <= 11
     assert wgmma_tile(WGMMA_HALF_ATOM_TILES[0], 128, half_atoms=True) in found
     assert any(s.shared_weights for s in found)
     # up to 256 rows the shared-weights kernel split in two too, not for prefill
