@@ -76,7 +76,7 @@ KNOBS = (
     Knob("warps_m", (1, 2, 4)), Knob("stages", (2, 3, 4, 5, 6)), Knob("unroll", (1, 2)),
     Knob("wgmma", (False, True)), Knob("lead", (0, 1, 2, 3, 4)),
     Knob("shared_weights", (False, True)), Knob("half_atoms", (False, True)),
-    Knob("pair_k", (False, True)),
+    Knob("pair_k", (False, True)), Knob("cluster_n", (1, 2, 4)),
 )
 
 
@@ -84,10 +84,12 @@ def schedule_space(K: int, group_size: int, *, hopper: bool = False,
                    bits: int | None = None) -> Space[Schedule]:
     """The quantized matmul's schedules as knobs (`tune.space`): every field of
     `Schedule` but the dequantize-then-multiply pair (two launches), the converting
-    producer, stream-K and split_cluster (measured slower), and cluster_n (not yet
-    measured). A combination is a candidate where `Schedule` accepts it and it `fits`
-    the problem, on the GPU (`hopper`: the wgmma kernels) and the weight width (`bits`:
-    half atoms need an even one). Every schedule of `candidates` is a point."""
+    producer, stream-K and split_cluster (measured slower). `cluster_n` is a knob:
+    column tiles sharing x's copies lost on most problems but won one at 256 rows
+    (docs/quantized-matmul.md), too few for the grid. A combination is a candidate
+    where `Schedule` accepts it and it `fits` the problem, on the GPU (`hopper`: the
+    wgmma kernels) and the weight width (`bits`: half atoms need an even one). Every
+    schedule of `candidates` is a point."""
     def make(values: Mapping[str, object]) -> Schedule | None:
         try:
             s = Schedule(**values)  # type: ignore[arg-type]
