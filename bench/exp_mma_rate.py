@@ -3,7 +3,8 @@ Hopper (it lowers to the warp-level `mma.sync`, where a dot with a shared `b` lo
 `wgmma`), against the table's dense peak (`GPU.tensor_peak`, which the cost model
 charges every dot) and cuBLAS's f16 matmul. Offline, charging register dots 0.6-0.7x
 of the peak put the predicted best within 10% on 15 of the 16 problems at M = 64/256
-(12 at 1.0; .scratch helper run, not in the tree): this measures the factor.
+(12 at 1.0; bench/results/cost_rank_mma_sync_offline_3b64159.txt, docs/experiments.md):
+this measures the factor.
 
 Each block loads one a[bm, bk] and b[bk, bn] tile into registers, then runs `reps`
 dots into an f32 accumulator it stores at the end; blocks cover the SMs several times
