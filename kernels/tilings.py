@@ -192,16 +192,21 @@ def half_atom_tiles(group_size: int, bits: int | None) -> list[Schedule]:
 
 
 def middle_tiles(M: int, group_size: int, bits: int | None) -> list[Schedule]:
-    """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`, half atoms
-    for even widths only), with their K splits."""
+    """The register-A wgmma kernel's tilings for 33..256 rows (`MIDDLE_TILES`: half atoms
+    for even widths only, whole-atom k-tile pairs for odd widths only), with their K
+    splits."""
     table = next((m.tiles for m in MIDDLE_TILES if M <= m.rows), ())
     narrow = bits is not None and bits <= DEEP_PREFETCH_BITS
     odd = (bits or 1) % 2 == 1
+
+    def for_this_width(t: MiddleTile) -> bool:
+        if t.half_atoms:
+            return not odd
+        return odd or not t.pair_k  # (whole-atom pairs stand in for half atoms)
     return [wgmma(t.bm, t.num_warps, t.stages, group_size, lead=t.stages // 2,
                   prefetch=4 if t.deep and narrow else 2, half_atoms=t.half_atoms,
                   split_k=split, pair_k=t.pair_k)
-            for t in table if (not odd if t.half_atoms else odd or not t.pair_k)
-            for split in t.splits]
+            for t in table if for_this_width(t) for split in t.splits]
 
 
 def shared_weights_tiles(group_size: int, M: int | None = None) -> list[Schedule]:
