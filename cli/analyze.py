@@ -80,8 +80,9 @@ def format_table(e: Estimate, name: str) -> str:
         label = "dram (after L2)" if kind == "dram" else kind
         lines.append(f"{label:<20}{t.per_block.get(kind, 0):>16,}{total:>18,}")
     lines += ["", f"{'unit':<20}{'operations':>18}"]
-    for unit, count in t.flops.items():
-        lines.append(f"{unit:<20}{count:>18,}")
+    for unit, count in t.flops.items():  # ("mma_sync": the tensor cores' part by mma.sync)
+        label = "  of it mma.sync" if unit == "mma_sync" else unit
+        lines.append(f"{label:<20}{count:>18,}")
     o, w = e.occupancy, e.waves
     lines += ["", f"occupancy: {o.blocks_per_sm} blocks per SM (limited by "
                   f"{', '.join(o.limited_by)}), {w.waves} wave(s), the last "

@@ -72,6 +72,11 @@ class GPU:
     # time each wave of blocks takes to fill and drain its pipelines.
     unoverlapped_fraction: float = 0.5
     wave_latency_s: float = 5e-6
+    # The share of `tensor_peak` the warp-level `mma.sync` reaches (a `dot` with `b` in
+    # registers; one with `b` shared is Hopper's `wgmma`, at the peak). 1.0 before sm_90,
+    # where mma.sync is the peak's own instruction; on Hopper to be measured
+    # (bench/exp_mma_rate.py) and 1.0 until then.
+    mma_sync_fraction: float = 1.0
     #: the ceilings a measurement replaced (`with_measured`), for the reports to say so
     measured: frozenset[str] = frozenset()
 
@@ -86,9 +91,12 @@ class GPU:
         return self.sm_count * self.shared_bytes_per_clock_per_sm * self.clock_hz
 
     def peak(self, unit: str) -> float:
-        """The peak FLOP/s of `unit` (one of `UNITS`)."""
+        """The peak FLOP/s of `unit` (one of `UNITS`, or "mma_sync": the tensor cores
+        driven by the warp-level `mma.sync`)."""
         if unit == "tensor_core":
             return self.tensor_peak
+        if unit == "mma_sync":
+            return self.tensor_peak * self.mma_sync_fraction
         if unit == "fma":
             return self.fma_peak
         raise ValueError(f"unknown compute unit {unit!r}; known: {', '.join(UNITS)}")

@@ -5,7 +5,9 @@ Each term's time is its count over its ceiling: the DRAM bytes over the DRAM ban
 (reached only with enough warps resident per SM to keep bytes in flight: with `w` of
 them, `min(1, w / gpu.dram_saturating_warps)` of it), each unit's operations over its
 peak (a conversion counts as one FP32-pipe instruction, `fma_peak / 2` a second: no
-public table gives the conversion rate). The bound is the largest term.
+public table gives the conversion rate; the tensor cores' FLOPs by instruction, those
+of the warp-level `mma.sync` at `GPU.mma_sync_fraction` of the peak). The bound is the
+largest term.
 
 The prediction overlaps terms partly, by one rule: a set of terms that run at once
 takes the largest of them plus `u = gpu.unoverlapped_fraction` of the others. The units
@@ -127,6 +129,10 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
     resident_warps = min(blocks, launch_waves.slots) * -(-resources.threads // 32)
     rates["dram"] *= min(1.0, resident_warps / gpu.sm_count / gpu.dram_saturating_warps)
     seconds = {term: counts[term] / rates[term] for term in TERMS}
+    # the tensor cores by instruction: mma.sync's share at its own rate
+    warp_level = traffic.flops.get("mma_sync", 0)
+    seconds["tensor_core"] += warp_level * (1 / gpu.peak("mma_sync") - 1 / gpu.peak(
+        "tensor_core"))
     bound_term = max(TERMS, key=lambda term: seconds[term])
     bound = seconds[bound_term]
     ideal_waves = blocks / launch_waves.slots if launch_waves.slots else 0.0

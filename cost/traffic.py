@@ -53,7 +53,7 @@ from itertools import product
 from math import prod
 
 from tilevm.cost.dram import DramEstimate, dram_estimate
-from tilevm.cost.flops import UNITS
+from tilevm.cost.flops import FLOP_COUNTS, UNITS
 from tilevm.cost.footprint import Footprints
 from tilevm.cost.statements import program_axes
 from tilevm.cost.walk import (
@@ -97,7 +97,8 @@ class Traffic:
     "dram" (the same as `dram`); `issued`: the same for the whole tiles the instructions
     cover (ragged edges included); `per_block`: `total` over the grid's blocks (floor),
     `block_max`: the most any one block moves; `flops` and `flops_per_block` by unit
-    (`UNITS`); `tensors`: by pointer argument; `working_set`: the tensors' footprints
+    (`UNITS`), and of "tensor_core" the part warp-level `mma.sync` does ("mma_sync",
+    `cost.flops`); `tensors`: by pointer argument; `working_set`: the tensors' footprints
     together; `approximate`: a sampled range was not uniform, a condition or an offset
     could not be evaluated, or the DRAM estimate's lookback was cut short."""
 
@@ -178,7 +179,7 @@ def _result(grid: tuple[int, int, int], total: Counts, block_max: dict[str, int]
         per_block={level: levels[level] // blocks if blocks else 0 for level in LEVELS},
         block_max=block_max,
         flops=dict(total.flops),
-        flops_per_block={u: total.flops[u] // blocks if blocks else 0 for u in UNITS},
+        flops_per_block={u: total.flops[u] // blocks if blocks else 0 for u in FLOP_COUNTS},
         tensors=tensors, dram=dram,
         working_set=sum(t.footprint for t in tensors.values()),
         approximate=approximate or estimate.approximate)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 
-from tilevm.cost.flops import UNITS, instruction_flops
+from tilevm.cost.flops import FLOP_COUNTS, instruction_flops
 from tilevm.cost.scalars import CompiledExprs
 from tilevm.cost.statements import expr_axes, variable_axes
 from tilevm.ir.errors import VMError
@@ -136,7 +136,7 @@ class Counts:
     def __init__(self) -> None:
         self.moved = dict.fromkeys(LEVELS, 0)
         self.issued = dict.fromkeys(LEVELS, 0)
-        self.flops = dict.fromkeys(UNITS, 0)
+        self.flops = dict.fromkeys(FLOP_COUNTS, 0)
         self.tensor_moved: dict[tuple[str, str], int] = {}  # (pointer, read|write) -> bits
         self.tensor_issued: dict[tuple[str, str], int] = {}
         self.approximate = False
@@ -276,9 +276,8 @@ class Walker:
             for operand in (inst.a, inst.b):
                 if operand.space is MemorySpace.SHARED:
                     self._local(counts, "shared->register", operand)
-        flops = instruction_flops(inst)
-        if flops is not None:
-            counts.flops[flops[0]] += flops[1]
+        for key, count in instruction_flops(inst).items():
+            counts.flops[key] += count
 
     def _atomic(self, inst: AtomicAdd, counts: Counts) -> None:
         """One element written; the old value by the arrival order of the module

@@ -4,16 +4,20 @@ numbers for a compiled kernel."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 from kernel_harness import ROOT, vmc
 
+from tilevm import dtypes
 from tilevm.bench.examples import load_example
 from tilevm.cost import hardware
 from tilevm.cost.model import TERMS, Resources, estimate
 from tilevm.cost.traffic import analyze_traffic
+from tilevm.kernels.matmul_launch import schedule_kernel
+from tilevm.kernels.tilings import WGMMA_TILES, wgmma_tile
 
 M, N, K = 512, 384, 256
 
@@ -53,6 +57,25 @@ def test_terms_are_counts_over_ceilings_and_the_bound_is_the_largest(matmul):
     assert e.fraction_of_bound(2 * e.bound_s) == 0.5
     with pytest.raises(ValueError, match="positive"):
         e.fraction_of_bound(0.0)
+
+
+def test_tensor_core_time_by_instruction(matmul):
+    """The matmul example's dots multiply register tiles (`mma.sync`): at a GPU whose
+    mma.sync reaches half the tensor peak their time doubles; the Hopper kernel's dots
+    read x from shared memory (`wgmma`) and keep the peak."""
+    scalars = {"M": M, "N": N, "K": K}
+    gpu = hardware.gpu("h100")
+    half = dataclasses.replace(gpu, mma_sync_fraction=0.5)
+    assert gpu.peak("mma_sync") == gpu.tensor_peak  # (1.0 until measured)
+    register_dots = estimate(matmul, scalars, half, Resources(128, 64, 0))
+    assert register_dots.seconds["tensor_core"] == pytest.approx(
+        2 * M * N * K / (0.5 * gpu.tensor_peak))
+    s = wgmma_tile(WGMMA_TILES[0], 128)
+    qmm = schedule_kernel(s).specialize(wdtype=dtypes.parse("int4"), group_size=128,
+                                        has_zeros=False, **s.constants())
+    for table in (gpu, half):
+        e = estimate(qmm, scalars, table, Resources(128, 168, 65536))
+        assert e.seconds["tensor_core"] == pytest.approx(2 * M * N * K / gpu.tensor_peak)
 
 
 def test_enough_resident_warps_reach_the_full_bandwidth(matmul):

@@ -121,6 +121,7 @@ def test_qmm_streaming_kernel_closed_form(schedule, sizes, bits):
     else:
         assert "ws" not in t.tensors and "counters" not in t.tensors
     assert t.flops["tensor_core"] == 2 * (rows * bm) * N * K
+    assert t.flops["mma_sync"] == t.flops["tensor_core"]  # (dots of register tiles)
     assert t.flops["convert"] == rows * N * K  # every weight code converted per row tile
     assert not t.approximate
 
@@ -141,6 +142,7 @@ def test_qmm_wgmma_kernel_closed_form():
     assert t.total["global->shared"] == t.tensors["x"].read + t.tensors["scales"].read
     assert t.total["global->register"] == t.tensors["w"].read
     assert t.flops["tensor_core"] == 2 * M * N * K
+    assert t.flops["mma_sync"] == 0  # (x shared: wgmma)
     assert not t.approximate
 
 
@@ -193,7 +195,8 @@ def test_packed_codes_count_their_bits_and_each_flop_rule():
     t = analyze_traffic(packed_sum.specialize(), {"n": n})
     assert t.total["global->register"] == n // 2  # 4 bits a code
     assert t.issued["global->register"] == 5 * 64 // 2
-    assert t.flops == {"tensor_core": 0, "fma": 5 * (2 * 64 + 64), "convert": 5 * 64}
+    assert t.flops == {"tensor_core": 0, "fma": 5 * (2 * 64 + 64), "convert": 5 * 64,
+                       "mma_sync": 0}
     assert t.total["register->global"] == 5 * 4
 
 
