@@ -646,6 +646,9 @@ def test_gpu_wgmma_split_k(wdtype, act, zeros, s):
     ("int8", "bf16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, half_atoms=True,
                                   pair_k=True)),
     ("int3", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=2, pair_k=True)),
+    # the odd widths' candidate from 65 rows: whole-atom pairs of 128 rows, K split in two
+    ("uint3", "bf16", True, wgmma(128, 8, 4, 128, lead=2, prefetch=2, pair_k=True,
+                                  split_k=2)),
     ("int4", "f16", False, wgmma(64, 8, 4, 128, lead=2, prefetch=4, half_atoms=True,
                                  pair_k=True, split_k=2)),
     # a tile's K splits as one cluster adding their parts through distributed shared
