@@ -83,6 +83,13 @@ def cell_key(row: dict[str, Any]) -> tuple[Any, ...]:
     return row["wdtype"], row["shape"], row["M"], row["group_size"], row["seed"]
 
 
+def cell_fields(wdtype: str, shape: str, N: int, K: int, M: int,
+                args: argparse.Namespace) -> dict[str, Any]:
+    """A cell's row as it begins: the problem, the group size and the seed."""
+    return {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
+            "group_size": args.group_size, "seed": args.seed}
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The JSONL's lines (none if it does not exist yet)."""
     if not path.exists():
@@ -100,9 +107,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 def tune_cell(wdtype: str, shape: str, N: int, K: int, M: int, args: argparse.Namespace,
               hopper: bool) -> dict[str, Any]:
     """One cell: the grid, then the searches from its best (module docstring)."""
-    row: dict[str, Any] = {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
-                           "group_size": args.group_size, "seed": args.seed,
-                           "budget_s": args.budget_s}
+    row = {**cell_fields(wdtype, shape, N, K, M, args), "budget_s": args.budget_s}
     began = time.perf_counter()
     problem = QmmProblem(wdtype, M, N, K, group_size=args.group_size, seed=args.seed)
     start, grid_s, timed = grid_schedule(wdtype, M, N, K, hopper=hopper,
@@ -248,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = {cell_key(r) for r in rows if "speedup" in r}
     cells = [(wdtype, shape, N, K, M) for wdtype in dtypes for shape, N, K in shapes
              for M in ms][shard::shards]
-    keys = {c: (c[0], c[1], c[4], args.group_size, args.seed) for c in cells}  # `cell_key`
+    keys = {c: cell_key(cell_fields(*c, args)) for c in cells}
     todo = [c for c in cells if args.again or keys[c] not in done]
     device = None
     if todo:
@@ -268,8 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             row = tune_cell(wdtype, shape, N, K, M, args, device.arch == "sm_90a")
         except Exception as err:  # a cell that cannot be tuned: said, go on
-            row = {"wdtype": wdtype, "shape": shape, "M": M, "N": N, "K": K,
-                   "group_size": args.group_size, "seed": args.seed,
+            row = {**cell_fields(wdtype, shape, N, K, M, args),
                    "error": f"{type(err).__name__}: {err}"}
         rows = [r for r in rows if cell_key(r) != keys[cell]] + [row]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -99,7 +99,8 @@ class GPU:
             return self.tensor_peak * self.mma_sync_fraction
         if unit == "fma":
             return self.fma_peak
-        raise ValueError(f"unknown compute unit {unit!r}; known: {', '.join(UNITS)}")
+        raise ValueError(f"unknown compute unit {unit!r}; known: {', '.join(UNITS)}, "
+                         f"mma_sync")
 
 
 # The limits every sm_80 / sm_89 / sm_90 part shares (Programming Guide: 64 K 32-bit

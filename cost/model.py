@@ -129,10 +129,9 @@ def estimate(program: Program, scalars: Mapping[str, int], gpu: GPU,
     resident_warps = min(blocks, launch_waves.slots) * -(-resources.threads // 32)
     rates["dram"] *= min(1.0, resident_warps / gpu.sm_count / gpu.dram_saturating_warps)
     seconds = {term: counts[term] / rates[term] for term in TERMS}
-    # the tensor cores by instruction: mma.sync's share at its own rate
-    warp_level = traffic.flops.get("mma_sync", 0)
-    seconds["tensor_core"] += warp_level * (1 / gpu.peak("mma_sync") - 1 / gpu.peak(
-        "tensor_core"))
+    warp_level = traffic.flops.get("mma_sync", 0)  # (the tensor cores by instruction)
+    seconds["tensor_core"] = ((counts["tensor_core"] - warp_level) / rates["tensor_core"]
+                              + warp_level / gpu.peak("mma_sync"))
     bound_term = max(TERMS, key=lambda term: seconds[term])
     bound = seconds[bound_term]
     ideal_waves = blocks / launch_waves.slots if launch_waves.slots else 0.0
